@@ -1,0 +1,36 @@
+# The two commands a newcomer runs: `make quickstart` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PIP    := $(BIN)/python -m pip install --quiet --constraint constraints.txt
+
+.PHONY: quickstart test lint format bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Stamp files: reinstall only when the dependency list or the pins change.
+$(VENV)/.core: pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP) -e .
+	@touch $@
+
+$(VENV)/.dev: pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP) -e ".[dev]"
+	@touch $(VENV)/.core $@
+
+quickstart: $(VENV)/.core
+	$(BIN)/honed train examples/quickstart.yaml --run-dir runs/quickstart
+
+test: $(VENV)/.dev
+	$(BIN)/python -m pytest -q
+
+lint: $(VENV)/.dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(VENV)/.dev
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -1,0 +1,143 @@
+"""The environment protocol and the single-turn helper.
+
+An environment owns its items (with disjoint splits), drives the policy through a `Generator`,
+and scores what comes back. It never sees the trainer: the same environment serves the GRPO
+loop, evaluation, supervised warm-start and the skill loop.
+
+Rollouts take a batch of items at once so that a single-turn environment can put every
+completion of a step into one batched generation call, and a multi-turn one can advance all its
+rollouts a turn at a time.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from honed.types import Group, Item, Score, Segment, Trajectory, derive_seed
+
+
+@dataclass
+class Sample:
+    """One generated completion, token-exact, with the behaviour log-probs of its tokens."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    text: str
+    truncated: bool
+
+    def segment(self, reward: float | None = None) -> Segment:
+        return Segment(
+            prompt_ids=self.prompt_ids,
+            completion_ids=self.completion_ids,
+            logprobs=self.logprobs,
+            reward=reward,
+            truncated=self.truncated,
+        )
+
+
+@runtime_checkable
+class Generator(Protocol):
+    """What an environment may ask of the policy: encode a prompt, sample completions.
+
+    Sampling settings (temperature, top-p, maximum length) belong to the generator, not to the
+    environment, so evaluation can reuse an environment with greedy decoding. `seeds` holds one
+    seed per prompt: the same (prompt, seed) gives the same completion in any batch or process.
+    """
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def generate(self, prompts: Sequence[str | list[int]], seeds: Sequence[int]) -> list[Sample]: ...
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """A source of items that can roll out a policy on them and score the result."""
+
+    name: str
+
+    def items(self, split: str) -> Sequence[Item]:
+        """The items of a split (`train`, `validation`, `test`); splits are disjoint."""
+        ...
+
+    def rollout(
+        self, items: Sequence[Item], generator: Generator, num_generations: int, seed: int
+    ) -> list[Group]:
+        """One group of `num_generations` trajectories per item, in the order of `items`."""
+        ...
+
+    def sft_examples(self, item: Item) -> list[tuple[str, str]]:
+        """(prompt, target completion) pairs from the reference solution, for warm-start."""
+        ...
+
+
+def rollout_seed(seed: int, item_key: str, generation: int) -> int:
+    """The seed of one rollout: the same wherever and in whatever batch it is generated."""
+    return derive_seed(seed, item_key, generation)
+
+
+class SingleTurnEnv(abc.ABC):
+    """An environment where one prompt gets one completion and a score.
+
+    Subclasses give `items`, `prompt`, `score` (or `score_batch`, for scorers that work on
+    lists, like TRL-style reward functions) and `reference`. The skill loop uses `prompt` and
+    `score_batch` directly with a chat model's reply.
+    """
+
+    name: str
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @abc.abstractmethod
+    def items(self, split: str) -> Sequence[Item]: ...
+
+    @abc.abstractmethod
+    def prompt(self, item: Item) -> str:
+        """The prompt text the policy sees for this item."""
+
+    def score(self, item: Item, completion: str) -> Score:
+        """Score one completion; override this or `score_batch`."""
+        raise NotImplementedError(f"{type(self).__name__} must implement score or score_batch")
+
+    def score_batch(self, items: Sequence[Item], completions: Sequence[str]) -> list[Score]:
+        return [self.score(item, c) for item, c in zip(items, completions, strict=True)]
+
+    def reference(self, item: Item) -> str | None:
+        """A correct completion for the item, if the environment knows one."""
+        return None
+
+    def sft_examples(self, item: Item) -> list[tuple[str, str]]:
+        ref = self.reference(item)
+        return [] if ref is None else [(self.prompt(item), ref)]
+
+    def rollout(
+        self, items: Sequence[Item], generator: Generator, num_generations: int, seed: int
+    ) -> list[Group]:
+        prompts = [self.prompt(item) for item in items]
+        flat_items = [item for item in items for _ in range(num_generations)]
+        flat_prompts = [p for p in prompts for _ in range(num_generations)]
+        seeds = [rollout_seed(seed, item.key, g) for item in items for g in range(num_generations)]
+        samples = generator.generate(flat_prompts, seeds)
+        scores = self.score_batch(flat_items, [s.text for s in samples])
+        groups = []
+        for i, item in enumerate(items):
+            trajectories = []
+            for g in range(num_generations):
+                k = i * num_generations + g
+                sample, score = samples[k], scores[k]
+                trajectories.append(
+                    Trajectory(
+                        segments=[sample.segment()],
+                        reward=float(score.reward),
+                        success=float(score.success),
+                        components=dict(score.components),
+                        prompt_text=prompts[i],
+                        completion_text=sample.text,
+                    )
+                )
+            groups.append(Group(self.name, item.key, trajectories, level=item.level))
+        return groups

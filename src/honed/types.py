@@ -1,0 +1,105 @@
+"""Core data types shared by every part of honed.
+
+They are plain dataclasses on purpose: environments, trainers, workers and tests exchange them
+without knowing about each other, and they pickle cheaply (Ray ships them between processes).
+Token ids are kept exactly as sampled (token-in / token-out), so a multi-turn trajectory is never
+re-tokenised for the loss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+SPLITS = ("train", "validation", "test")
+
+
+@dataclass
+class Item:
+    """One task instance.
+
+    `key` is stable across runs and processes (the curriculum tracks items by it, rollout seeds
+    derive from it); `level` is an optional difficulty label used for reporting.
+    """
+
+    key: str
+    env: str
+    data: dict[str, Any]
+    level: int | None = None
+
+
+@dataclass
+class Score:
+    """What a scorer says about one completion.
+
+    `reward` is what the optimiser maximises (it may give partial credit); `success` is exact-task
+    success in [0, 1] (the *hard* score: `accuracy` is its mean); `components` are the named
+    parts of the reward, logged one by one.
+    """
+
+    reward: float
+    success: float = 0.0
+    components: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Segment:
+    """One model call inside a trajectory.
+
+    `logprobs` are the behaviour policy's log-probabilities of `completion_ids` (π_old when a batch
+    is reused). `loss_mask` marks completion tokens that are trained on (tool outputs spliced into
+    a completion would be 0); `None` means all ones. `reward` is set only when the environment
+    gives credit per call (the memory agent rewards each chunk); otherwise the trajectory's reward
+    applies. `truncated` is true when generation hit the length limit before end-of-sequence.
+    """
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    loss_mask: list[int] | None = None
+    reward: float | None = None
+    truncated: bool = False
+
+    def mask(self) -> list[int]:
+        return self.loss_mask if self.loss_mask is not None else [1] * len(self.completion_ids)
+
+
+@dataclass
+class Trajectory:
+    """The segments of one attempt at an item, with its reward and text for humans."""
+
+    segments: list[Segment]
+    reward: float
+    success: float = 0.0
+    components: dict[str, float] = field(default_factory=dict)
+    prompt_text: str = ""
+    completion_text: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def truncated(self) -> bool:
+        return any(s.truncated for s in self.segments)
+
+
+@dataclass
+class Group:
+    """The `num_generations` trajectories of one item: the unit GRPO computes advantages in."""
+
+    env: str
+    item_key: str
+    trajectories: list[Trajectory]
+    level: int | None = None
+
+    def rewards(self) -> list[float]:
+        return [t.reward for t in self.trajectories]
+
+
+def derive_seed(*parts: object) -> int:
+    """A 63-bit seed from any parts, stable across processes and Python versions.
+
+    Python's `hash()` is salted per process, so it cannot seed rollouts that must come out the
+    same on another worker; BLAKE2 of the parts' text can.
+    """
+    text = "\x1f".join(str(p) for p in parts).encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") >> 1
