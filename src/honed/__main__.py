@@ -1,0 +1,5 @@
+import sys
+
+from honed.cli import main
+
+sys.exit(main())

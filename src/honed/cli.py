@@ -1,0 +1,211 @@
+"""The `honed` command line: parse, build, call. The work happens in the trainers."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import traceback
+from pathlib import Path
+
+from honed import __version__
+from honed.config import Config, load_config
+from honed.errors import HonedError
+from honed.runs.files import atomic_write_json
+from honed.runs.progress import Reporter
+from honed.runs.rundir import RunDir
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+DESCRIPTION = """\
+Train LLM agents by reinforcement (GRPO) and by reflection (skill optimisation).
+
+  honed train examples/quickstart.yaml                     train with GRPO
+  honed train CONFIG -o trainer.max_steps=20 -o policy.model=DIR
+  honed train CONFIG --resume                              continue from the latest checkpoint
+  honed eval runs/quickstart --split test                  evaluate a run or a checkpoint
+  honed sft CONFIG                                         supervised warm-start only
+"""
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", help="YAML config file (see examples/)")
+    p.add_argument(
+        "-o",
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value by its dotted key, e.g. -o trainer.max_steps=20 "
+        "(repeatable; list items by index: -o envs.0.weight=2)",
+    )
+    p.add_argument("--run-dir", help="where the run is written (default: config run_dir, "
+                   "else runs/<config name>)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or tables")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="honed", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"honed {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    train = sub.add_parser("train", help="train a policy with GRPO",
+                           description="Train a policy with GRPO (after an optional warm-start).")
+    _add_config_args(train)
+    train.add_argument("--resume", action="store_true",
+                       help="continue the run in --run-dir from its latest checkpoint")
+    train.add_argument("--overwrite", action="store_true",
+                       help="delete an existing run in --run-dir and start again")
+
+    sft = sub.add_parser("sft", help="supervised warm-start only",
+                         description="Supervised training on the environments' reference "
+                         "solutions; writes checkpoints/warmstart/ and evaluates it.")
+    _add_config_args(sft)
+    sft.add_argument("--overwrite", action="store_true", help="replace an existing warm-start")
+
+    ev = sub.add_parser("eval", help="evaluate a run or a checkpoint",
+                        description="Evaluate the latest checkpoint of a run directory, or a "
+                        "given checkpoint directory, on a held-out split.")
+    ev.add_argument("path", metavar="RUN_DIR_OR_CHECKPOINT")
+    ev.add_argument("--split", default="test", choices=["train", "validation", "test"])
+    ev.add_argument("--num-items", type=int, help="items per environment (default: config)")
+    ev.add_argument("--config", help="config to use when the checkpoint is outside a run dir")
+    ev.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
+    ev.add_argument("--quiet", action="store_true")
+    return parser
+
+
+def resolve_run_dir(args: argparse.Namespace, config: Config) -> RunDir:
+    if args.run_dir:
+        return RunDir(args.run_dir)
+    if config.run_dir:
+        return RunDir(config.run_dir)
+    return RunDir(Path("runs") / Path(args.config).stem)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from honed.rl.trainer import GRPOTrainer, TrainingInterrupted
+
+    config = load_config(args.config, args.override)
+    run = resolve_run_dir(args, config)
+    holds_run = run.config_path.exists() and (
+        run.metrics_path.exists() or run.checkpoints.exists()
+    )
+    if holds_run and not (args.resume or args.overwrite):
+        raise HonedError(
+            f"{run.path} already holds a run; pass --resume to continue it, --overwrite to "
+            "replace it, or --run-dir to start another"
+        )
+    if args.overwrite and run.path.exists():
+        shutil.rmtree(run.path)
+    reporter = Reporter(enabled=not args.quiet and config.logging.progress)
+    reporter.note(f"run directory: {run.path}")
+    trainer = GRPOTrainer(config, run, reporter)
+    try:
+        summary = trainer.train(resume=args.resume)
+    except TrainingInterrupted as stop:
+        where = f"; checkpoint {stop.path}" if stop.path else ""
+        print(f"interrupted after step {stop.step}{where}; continue with --resume",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    reporter.comparison(f"held-out {config.eval.split} evaluation",
+                        summary["initial_eval"], summary["final_eval"])
+    reporter.note(f"summary: {run.summary_path}")
+    return 0
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    from honed.rl.trainer import GRPOTrainer
+
+    config = load_config(args.config, args.override)
+    if config.sft.steps == 0:
+        raise HonedError("sft.steps is 0: set it in the config or with -o sft.steps=N")
+    run = resolve_run_dir(args, config)
+    if run.warmstart.exists():
+        if not args.overwrite:
+            raise HonedError(f"{run.warmstart} exists; pass --overwrite to train it again")
+        shutil.rmtree(run.warmstart)
+    reporter = Reporter(enabled=not args.quiet and config.logging.progress)
+    trainer = GRPOTrainer(config, run, reporter)
+    run.create()
+    trainer.policy = trainer._warm_start()
+    results = trainer._evaluate()
+    atomic_write_json(run.path / "warmstart_eval.json", {"warmstart": trainer.warmstart,
+                                                         "eval": results})
+    reporter.values(f"warm-start, {config.eval.split} split", {**trainer.warmstart, **results})
+    reporter.note(f"checkpoint: {run.warmstart}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from honed.models.policy import Policy
+    from honed.rl.evaluate import evaluate
+    from honed.rl.trainer import build_envs
+    from honed.types import derive_seed
+
+    path = Path(args.path)
+    if not path.exists():
+        raise HonedError(f"no such run or checkpoint: {path}")
+    run = RunDir(path)
+    if run.config_path.exists():
+        latest = run.latest_checkpoint()
+        if latest is not None:
+            checkpoint = latest[1]
+        elif (run.warmstart / "config.json").is_file():
+            checkpoint = run.warmstart
+        else:
+            raise HonedError(f"{path} has no checkpoint to evaluate yet")
+    elif (path / "config.json").is_file():
+        checkpoint = path
+        run = RunDir(path.parent.parent)
+    else:
+        raise HonedError(f"{path} is neither a run directory nor a model checkpoint")
+    config_file = args.config or (run.config_path if run.config_path.exists() else None)
+    if config_file is None:
+        raise HonedError(f"{checkpoint} is outside a run directory: pass --config")
+    config = load_config(config_file, args.override)
+    envs = build_envs(config)
+    policy = Policy.load(checkpoint, config.policy.dtype, config.policy.chat_template)
+    reporter = Reporter(enabled=not args.quiet)
+    with reporter.status(f"evaluating {checkpoint} on {args.split}"):
+        results = evaluate(
+            policy,
+            envs,
+            split=args.split,
+            num_items=args.num_items or config.eval.num_items,
+            temperature=config.eval.temperature,
+            max_tokens=config.trainer.max_completion_length,
+            top_p=config.trainer.top_p,
+            seed=derive_seed(config.seed, "eval"),
+        )
+    out = run.path / "eval" / f"{checkpoint.name}_{args.split}.json"
+    atomic_write_json(out, {"checkpoint": str(checkpoint), "split": args.split, **results})
+    reporter.values(f"{checkpoint} — {args.split}", results)
+    reporter.note(f"written to {out}")
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "sft": cmd_sft, "eval": cmd_eval}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except HonedError as err:
+        if args.debug:
+            traceback.print_exc()
+        print(f"honed: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("honed: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

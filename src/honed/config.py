@@ -1,0 +1,277 @@
+"""Typed configuration: YAML files mapped onto pydantic models, with dotted overrides.
+
+Every model forbids unknown keys, so a typo is an error naming the key and the closest valid
+one instead of a setting silently ignored. Option names follow TRL's `GRPOConfig` where the
+meaning is the same (`num_generations`, `beta`, `epsilon`, `epsilon_high`, `loss_type`,
+`scale_rewards`, `learning_rate`, `max_steps`, `max_completion_length`, `temperature`, `seed`),
+and so do their defaults, so a TRL user's settings carry over.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from honed.errors import HonedError, did_you_mean
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class TinyModelConfig(Strict):
+    """Shape of the embedded Llama-architecture policy built from scratch."""
+
+    hidden_size: int = Field(128, ge=8)
+    num_hidden_layers: int = Field(4, ge=1)
+    num_attention_heads: int = Field(4, ge=1)
+    intermediate_size: int = Field(384, ge=8)
+    max_position_embeddings: int = Field(512, ge=16)
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> TinyModelConfig:
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError("hidden_size must be a multiple of num_attention_heads")
+        return self
+
+
+class PolicyConfig(Strict):
+    """`model: tiny` builds the embedded default; a path loads any local Hugging Face model."""
+
+    model: str = "tiny"
+    tiny: TinyModelConfig = TinyModelConfig()
+    chat_template: bool = False
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    attn_implementation: str | None = None
+
+
+class EnvConfig(Strict):
+    """One environment of the mixture.
+
+    `name` identifies it in metrics and must be unique; `type` is a registered environment
+    (`addition`, `dataset`, ...) or `module:Class`, and defaults to `name`.
+    """
+
+    name: str
+    type: str | None = None
+    weight: float = Field(1.0, gt=0)
+    min_share: float = Field(0.0, ge=0, le=1)
+    args: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def env_type(self) -> str:
+        return self.type or self.name
+
+
+class TrainerConfig(Strict):
+    """The GRPO loop (names and defaults as in TRL's GRPOConfig where the meaning is the same)."""
+
+    max_steps: int = Field(100, ge=0)
+    prompts_per_step: int = Field(8, ge=1)
+    num_generations: int = Field(8, ge=2)
+    learning_rate: float = Field(1e-6, gt=0)
+    lr_scheduler_type: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_steps: int = Field(0, ge=0)
+    weight_decay: float = Field(0.0, ge=0)
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.99
+    max_grad_norm: float | None = 1.0
+    # generation
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_completion_length: int = Field(256, ge=1)
+    # objective
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = "dapo"
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    epsilon: float = Field(0.2, ge=0)
+    epsilon_high: float | None = None
+    beta: float = Field(0.0, ge=0)
+    kl_estimator: Literal["k1", "k3"] = "k3"
+    num_iterations: int = Field(1, ge=1)
+    micro_batch_size: int | None = Field(None, ge=1)
+    # zero-spread groups and dynamic sampling
+    filter_zero_std: bool = True
+    zero_std_tolerance: float = Field(1e-6, ge=0)
+    dynamic_sampling: bool = False
+    max_sampling_rounds: int = Field(4, ge=1)
+    # truncated completions
+    mask_truncated_completions: bool = False
+    overlong_buffer: int = Field(0, ge=0)
+    overlong_penalty: float = Field(1.0, ge=0)
+
+    @property
+    def clip_high(self) -> float:
+        return self.epsilon if self.epsilon_high is None else self.epsilon_high
+
+
+class SFTConfig(Strict):
+    """Supervised warm-start on the environments' reference solutions (0 steps = off)."""
+
+    steps: int = Field(0, ge=0)
+    batch_size: int = Field(32, ge=1)
+    learning_rate: float = Field(1e-3, gt=0)
+    warmup_steps: int = Field(0, ge=0)
+    lr_scheduler_type: Literal["constant", "linear", "cosine"] = "cosine"
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float | None = 1.0
+
+
+class EvalConfig(Strict):
+    """Held-out evaluation: before GRPO (after any warm-start), every `every` steps, and at the end."""
+
+    split: Literal["train", "validation", "test"] = "test"
+    num_items: int | None = Field(200, ge=1)
+    temperature: float = Field(0.0, ge=0)
+    every: int = Field(0, ge=0)
+
+
+class CheckpointConfig(Strict):
+    every: int = Field(50, ge=0)
+    keep_last: int = Field(2, ge=1)
+
+
+class LoggingConfig(Strict):
+    tensorboard: bool = False
+    wandb: bool = False
+    wandb_project: str = "honed"
+    mlflow: bool = False
+    samples_per_step: int = Field(4, ge=0)
+    progress: bool = True
+
+
+class Config(Strict):
+    seed: int = 0
+    run_dir: str | None = None
+    torch_threads: int | None = Field(None, ge=1)
+    policy: PolicyConfig = PolicyConfig()
+    envs: list[EnvConfig] = Field(default_factory=lambda: [EnvConfig(name="addition")])
+    trainer: TrainerConfig = TrainerConfig()
+    sft: SFTConfig = SFTConfig()
+    eval: EvalConfig = EvalConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    logging: LoggingConfig = LoggingConfig()
+
+    @model_validator(mode="after")
+    def _unique_env_names(self) -> Config:
+        names = [e.name for e in self.envs]
+        if not names:
+            raise ValueError("at least one environment is needed under 'envs'")
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"environment names must be unique; repeated: {', '.join(dupes)}")
+        if sum(e.min_share for e in self.envs) > 1 + 1e-9:
+            raise ValueError("the environments' min_share values add up to more than 1")
+        return self
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _parse_value(text: str) -> Any:
+    """`-o k=v` values are YAML scalars or flow collections: `20`, `true`, `[1, 2]`, `a/b`."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_override(data: dict[str, Any], assignment: str) -> None:
+    """Apply one `dotted.key=value` override in place; list items are addressed by index."""
+    if "=" not in assignment:
+        raise HonedError(f"override '{assignment}' must look like key=value (e.g. trainer.max_steps=20)")
+    key, _, raw = assignment.partition("=")
+    parts = key.strip().split(".")
+    if not all(parts):
+        raise HonedError(f"override '{assignment}' has an empty key part")
+    node: Any = data
+    for depth, part in enumerate(parts[:-1]):
+        path = ".".join(parts[: depth + 1])
+        if isinstance(node, list):
+            node = node[_list_index(node, part, path)]
+        else:
+            if node.get(part) is None:
+                node[part] = {}
+            node = node[part]
+        if not isinstance(node, dict | list):
+            raise HonedError(f"override '{assignment}': '{path}' is a value, not a section")
+    last = parts[-1]
+    if isinstance(node, list):
+        node[_list_index(node, last, key)] = _parse_value(raw)
+    else:
+        node[last] = _parse_value(raw)
+
+
+def _list_index(node: list, part: str, path: str) -> int:
+    if not part.isdigit() or int(part) >= len(node):
+        raise HonedError(f"override key '{path}': '{part}' is not an index of a list of {len(node)}")
+    return int(part)
+
+
+def _field_names(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """Valid keys at the location of a validation error, for 'did you mean'."""
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = current.model_fields.get(part) if hasattr(current, "model_fields") else None
+        if field is None:
+            return []
+        annotation = field.annotation
+        args = getattr(annotation, "__args__", ())
+        candidates = [annotation, *args]
+        current = next(
+            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
+        )
+        if current is None:
+            return []
+    return list(current.model_fields) if current is not None else []
+
+
+def _explain(err: ValidationError, source: str) -> HonedError:
+    """Turn pydantic's report into one line naming the key (and the closest valid one)."""
+    first = err.errors()[0]
+    loc = tuple(first["loc"])
+    key = ".".join(str(p) for p in loc) or "(top level)"
+    if first["type"] == "extra_forbidden":
+        valid = _field_names(Config, loc)
+        prefix = ".".join(str(p) for p in loc[:-1])
+        hint = did_you_mean(str(loc[-1]), valid)
+        if hint and prefix:
+            hint = hint.replace("'", f"'{prefix}.", 1)
+        return HonedError(f"{source}: unknown config key '{key}'{hint}")
+    message = first["msg"].removeprefix("Value error, ")
+    if not loc:
+        return HonedError(f"{source}: {message}")
+    return HonedError(f"{source}: invalid value for '{key}': {message}")
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
+    """Read a YAML config (or start from defaults when `path` is None) and apply overrides."""
+    data: dict[str, Any] = {}
+    source = "config"
+    if path is not None:
+        path = Path(path)
+        source = str(path)
+        if not path.is_file():
+            raise HonedError(f"config file not found: {path}")
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            raise HonedError(f"{path} is not valid YAML: {exc}".splitlines()[0]) from exc
+        if loaded is not None and not isinstance(loaded, dict):
+            raise HonedError(f"{path}: the top level must be a mapping of sections")
+        data = loaded or {}
+    for assignment in overrides or []:
+        apply_override(data, assignment)
+    try:
+        return Config.model_validate(data)
+    except ValidationError as err:
+        raise _explain(err, source) from err
+
+
+def dump_config(config: Config) -> str:
+    """The resolved config as YAML, every default spelled out (written into each run)."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

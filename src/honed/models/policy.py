@@ -1,0 +1,329 @@
+"""A Hugging Face causal LM as a policy: batched sampling with behaviour log-probs, scoring, I/O.
+
+Sampling is a lean loop over the model's forward with a KV cache rather than `generate`: it must
+return the log-probability of every sampled token under the tempered distribution, and it draws
+each row's randomness from that row's own seed (inverse-CDF sampling with per-row uniforms), so
+a completion does not depend on which other prompts share its batch, or on which worker runs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
+from transformers.utils import logging as hf_logging
+
+from honed.config import PolicyConfig
+from honed.envs.base import Sample
+from honed.errors import HonedError
+from honed.models.tiny import build_char_tokenizer, build_tiny_model
+
+# Checkpoints are written every few steps; per-save progress bars would drown the run's own.
+hf_logging.disable_progress_bar()
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """`temperature: 0` means greedy decoding (evaluation); log-probs are then at temperature 1."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 256
+
+
+@dataclass
+class TokenBatch:
+    """Prompts left-padded to P, completions right-padded to C: inputs of shape [B, P + C].
+
+    The layout keeps every completion in the last C positions, so the forward pass computes
+    logits only there (`logits_to_keep`), whatever the prompt lengths.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+
+    @property
+    def completion_width(self) -> int:
+        return self.completion_ids.shape[1]
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        if r:
+            ids[i, width - len(r) :] = torch.as_tensor(r, dtype=torch.long)
+            mask[i, width - len(r) :] = 1
+    return ids, mask
+
+
+def make_batch(
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    masks: Sequence[Sequence[int]],
+    pad_id: int,
+) -> TokenBatch:
+    """Pack (prompt, completion, loss mask) triples into one padded batch."""
+    p_ids, p_mask = left_pad(prompts, pad_id)
+    width = max(1, max(len(c) for c in completions))
+    c_ids = torch.full((len(completions), width), pad_id, dtype=torch.long)
+    c_mask = torch.zeros((len(completions), width), dtype=torch.long)
+    c_attn = torch.zeros((len(completions), width), dtype=torch.long)
+    for i, (c, m) in enumerate(zip(completions, masks, strict=True)):
+        n = len(c)
+        if n:
+            c_ids[i, :n] = torch.as_tensor(c, dtype=torch.long)
+            c_mask[i, :n] = torch.as_tensor(m, dtype=torch.long)
+            c_attn[i, :n] = 1
+    attention = torch.cat([p_mask, c_attn], dim=1)
+    positions = (attention.cumsum(-1) - 1).clamp_min(0)
+    return TokenBatch(
+        input_ids=torch.cat([p_ids, c_ids], dim=1),
+        attention_mask=attention,
+        position_ids=positions,
+        completion_ids=c_ids,
+        completion_mask=c_mask,
+    )
+
+
+class Policy:
+    """A causal LM and its tokenizer."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer, chat_template: bool = False) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.chat_template = chat_template
+        eos = tokenizer.eos_token_id
+        gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        stops = {eos} if eos is not None else set()
+        stops |= set(gen_eos) if isinstance(gen_eos, list) else ({gen_eos} if gen_eos else set())
+        if not stops:
+            raise HonedError("the tokenizer has no end-of-sequence token; generation could not stop")
+        self.stop_ids = sorted(stops)
+        self.eos_id = eos if eos is not None else self.stop_ids[0]
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
+
+    # ------------------------------------------------------------------ construction and I/O
+
+    @classmethod
+    def from_config(cls, cfg: PolicyConfig, seed: int) -> Policy:
+        if cfg.model == "tiny":
+            tokenizer = build_char_tokenizer()
+            model = build_tiny_model(cfg.tiny, tokenizer, seed).to(DTYPES[cfg.dtype])
+            return cls(model, tokenizer, chat_template=cfg.chat_template)
+        return cls.load(cfg.model, dtype=cfg.dtype, chat_template=cfg.chat_template,
+                        attn_implementation=cfg.attn_implementation)
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        dtype: str = "float32",
+        chat_template: bool = False,
+        attn_implementation: str | None = None,
+    ) -> Policy:
+        path = Path(path)
+        if not (path / "config.json").is_file():
+            raise HonedError(
+                f"policy.model: '{path}' is not a Hugging Face model directory (no config.json); "
+                "use 'tiny' for the embedded default or a local model directory"
+            )
+        kwargs = {"dtype": DTYPES[dtype]}
+        if attn_implementation:
+            kwargs["attn_implementation"] = attn_implementation
+        try:
+            model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(path)
+        except (OSError, ValueError) as exc:
+            raise HonedError(f"could not load the model at '{path}': {exc}") from exc
+        return cls(model, tokenizer, chat_template=chat_template)
+
+    def save(self, path: str | Path) -> None:
+        """Write a standard Hugging Face directory (config, safetensors weights, tokenizer)."""
+        self.model.save_pretrained(path, safe_serialization=True)
+        self.tokenizer.save_pretrained(path)
+
+    # ------------------------------------------------------------------ text
+
+    def encode(self, text: str) -> list[int]:
+        if self.chat_template:
+            ids = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+            )
+            return list(ids["input_ids"] if isinstance(ids, dict) else ids)
+        return list(self.tokenizer(text)["input_ids"])
+
+    def encode_target(self, text: str) -> list[int]:
+        """A completion as the policy would emit it: the text's tokens, then end-of-sequence."""
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return [*ids, self.eos_id]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    # ------------------------------------------------------------------ sampling
+
+    @torch.inference_mode()
+    def generate(
+        self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], params: SamplingParams
+    ) -> list[Sample]:
+        """Sample one completion per prompt; row i's randomness comes from `seeds[i]` alone."""
+        if len(prompts) != len(seeds):
+            raise ValueError("generate needs exactly one seed per prompt")
+        if not prompts:
+            return []
+        batch = len(prompts)
+        steps = params.max_tokens
+        greedy = params.temperature == 0
+        uniforms = None
+        if not greedy:
+            uniforms = torch.stack(
+                [torch.rand(steps, generator=torch.Generator().manual_seed(int(s))) for s in seeds]
+            )
+        input_ids, attention = left_pad(prompts, self.pad_id)
+        positions = (attention.cumsum(-1) - 1).clamp_min(0)
+        cache = DynamicCache(config=self.model.config)
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        next_pos = positions[:, -1] + 1
+        tokens = torch.full((batch, steps), self.pad_id, dtype=torch.long)
+        logprobs = torch.zeros((batch, steps), dtype=torch.float32)
+        lengths = torch.full((batch,), steps, dtype=torch.long)
+        done = torch.zeros(batch, dtype=torch.bool)
+        stop_ids = torch.as_tensor(self.stop_ids, dtype=torch.long)
+        ones = torch.ones((batch, 1), dtype=attention.dtype)
+        for t in range(steps):
+            logits = out.logits[:, -1, :].float()
+            u = None if uniforms is None else uniforms[:, t]
+            tok, lp = _pick(logits, u, params)
+            tok = torch.where(done, self.pad_id, tok)
+            tokens[:, t] = tok
+            logprobs[:, t] = lp
+            finished = ~done & torch.isin(tok, stop_ids)
+            lengths[finished] = t + 1
+            done |= finished
+            if bool(done.all()) or t == steps - 1:
+                break
+            attention = torch.cat([attention, ones], dim=1)
+            out = self.model(
+                input_ids=tok[:, None],
+                attention_mask=attention,
+                position_ids=next_pos[:, None],
+                past_key_values=cache,
+                use_cache=True,
+            )
+            next_pos = next_pos + 1
+        samples = []
+        for i in range(batch):
+            n = int(lengths[i])
+            ids = tokens[i, :n].tolist()
+            ended = bool(n > 0 and ids[-1] in self.stop_ids)
+            samples.append(
+                Sample(
+                    prompt_ids=list(prompts[i]),
+                    completion_ids=ids,
+                    logprobs=logprobs[i, :n].tolist(),
+                    text=self.decode(ids[:-1] if ended else ids),
+                    truncated=not ended,
+                )
+            )
+        return samples
+
+    # ------------------------------------------------------------------ scoring
+
+    def completion_logprobs(
+        self, batch: TokenBatch, temperature: float = 1.0, with_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return completion_logprobs(self.model, batch, temperature, with_entropy)
+
+
+def completion_logprobs(
+    model: PreTrainedModel, batch: TokenBatch, temperature: float = 1.0, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs [B, C] of the completion tokens (with grad), and optionally their entropy.
+
+    Logits are divided by the sampling temperature, as during sampling, so that on-policy the
+    scores equal the behaviour log-probs.
+    """
+    width = batch.completion_width
+    out = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        logits_to_keep=width + 1,
+    )
+    logits = out.logits[:, :-1, :].float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    logp_all = F.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, batch.completion_ids.unsqueeze(-1)).squeeze(-1)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy
+
+
+def _pick(
+    logits: torch.Tensor, uniforms: torch.Tensor | None, params: SamplingParams
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Choose the next token per row and return it with its log-prob.
+
+    The log-prob is under the full tempered distribution (before top-p truncation), the
+    distribution the trainer scores against; top-p only restricts which tokens can be drawn.
+    """
+    if uniforms is None:
+        tok = logits.argmax(-1)
+        lp = F.log_softmax(logits, dim=-1).gather(-1, tok[:, None]).squeeze(-1)
+        return tok, lp
+    logp_all = F.log_softmax(logits / params.temperature, dim=-1)
+    probs = logp_all.exp()
+    if params.top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        keep = (sorted_p.cumsum(-1) - sorted_p) < params.top_p
+        cdf = (sorted_p * keep).cumsum(-1)
+        j = torch.searchsorted(cdf, (uniforms * cdf[:, -1]).unsqueeze(-1), right=True)
+        tok = order.gather(-1, j.clamp_max(order.shape[1] - 1)).squeeze(-1)
+    else:
+        cdf = probs.cumsum(-1)
+        j = torch.searchsorted(cdf, (uniforms * cdf[:, -1]).unsqueeze(-1), right=True)
+        tok = j.clamp_max(probs.shape[1] - 1).squeeze(-1)
+    return tok, logp_all.gather(-1, tok[:, None]).squeeze(-1)
+
+
+class PolicySampler:
+    """A `Generator` view of a policy with fixed sampling settings (what environments see)."""
+
+    def __init__(self, policy: Policy, params: SamplingParams, batch_size: int | None = None):
+        self.policy = policy
+        self.params = params
+        self.batch_size = batch_size
+
+    def encode(self, text: str) -> list[int]:
+        return self.policy.encode(text)
+
+    def generate(self, prompts: Sequence[str | list[int]], seeds: Sequence[int]) -> list[Sample]:
+        ids = [self.policy.encode(p) if isinstance(p, str) else list(p) for p in prompts]
+        step = self.batch_size or max(1, len(ids))
+        out: list[Sample] = []
+        for start in range(0, len(ids), step):
+            out += self.policy.generate(
+                ids[start : start + step], seeds[start : start + step], self.params
+            )
+        return out

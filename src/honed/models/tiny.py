@@ -1,0 +1,64 @@
+"""The embedded default policy: a small Llama built from a config, with a character tokenizer.
+
+No model hub is reachable on a laptop offline or in CI, so honed ships a model it can build from
+nothing. Both parts are standard `transformers` objects: a checkpoint loads back with
+`AutoModelForCausalLM.from_pretrained` and `AutoTokenizer.from_pretrained` and nothing from honed.
+"""
+
+from __future__ import annotations
+
+import string
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from honed.config import TinyModelConfig
+
+SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
+PAD, BOS, EOS, UNK = SPECIAL_TOKENS
+# Printable ASCII and newline: enough for arithmetic, strings, JSON tool calls and short prose.
+CHARACTERS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]
+
+
+def build_char_tokenizer() -> PreTrainedTokenizerFast:
+    """One token per character; `<bos>` is prepended on encode, decoding fuses characters."""
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+    for ch in CHARACTERS:
+        vocab[ch] = len(vocab)
+    backend = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("(?m)."), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    backend.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", special_tokens=[(BOS, vocab[BOS])]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK
+    )
+
+
+def build_tiny_model(
+    cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerFast, seed: int
+) -> LlamaForCausalLM:
+    """A randomly initialised Llama whose weights depend only on `seed` and the shape."""
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_hidden_layers,
+        num_attention_heads=cfg.num_attention_heads,
+        num_key_value_heads=cfg.num_attention_heads,
+        max_position_embeddings=cfg.max_position_embeddings,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    devices_rng = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        model = LlamaForCausalLM(config)
+    finally:
+        torch.random.set_rng_state(devices_rng)
+    return model

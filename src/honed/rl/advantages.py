@@ -1,0 +1,76 @@
+"""Group-relative advantages.
+
+GRPO's baseline is the mean reward of the item's own group, never the batch's: an easy item's
+completions must compete with each other, not with a hard item's. The unit that carries a reward
+is normally a trajectory; when an environment gives credit per call (segment rewards, as the
+memory agent does), every segment of the group is a unit and all of them share the group's
+statistics, which is Mem-α's grouping of all chunk samples of one instance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from honed.types import Group
+
+# TRL's constant: keeps near-constant groups from blowing up under std scaling.
+STD_EPS = 1e-4
+
+
+@dataclass
+class GroupUnits:
+    """The rewarded units of one group: per unit, its reward and the segments it covers."""
+
+    rewards: list[float]
+    # (trajectory index, segment index) pairs covered by each unit
+    members: list[list[tuple[int, int]]]
+
+
+def group_units(group: Group) -> GroupUnits:
+    """Segments are units when any of them carries its own reward; else trajectories are."""
+    per_segment = any(s.reward is not None for t in group.trajectories for s in t.segments)
+    rewards: list[float] = []
+    members: list[list[tuple[int, int]]] = []
+    for ti, traj in enumerate(group.trajectories):
+        if per_segment:
+            for si, seg in enumerate(traj.segments):
+                rewards.append(float(traj.reward if seg.reward is None else seg.reward))
+                members.append([(ti, si)])
+        else:
+            rewards.append(float(traj.reward))
+            members.append([(ti, si) for si in range(len(traj.segments))])
+    return GroupUnits(rewards, members)
+
+
+def group_std(rewards: torch.Tensor) -> torch.Tensor:
+    """Sample standard deviation (n - 1), as TRL computes it; 0 for a single unit."""
+    return rewards.std() if rewards.numel() > 1 else rewards.new_zeros(())
+
+
+def compute_advantages(
+    unit_rewards: list[list[float]], scale_rewards: str
+) -> tuple[list[list[float]], list[float]]:
+    """Advantages for each group's units, and each group's reward standard deviation.
+
+    `scale_rewards`: `group` divides by the group's std (GRPO), `batch` by the std of every unit
+    in the batch (Lite PPO's middle ground), `none` only centres (Dr. GRPO).
+    """
+    tensors = [torch.tensor(r, dtype=torch.float64) for r in unit_rewards]
+    stds = [float(group_std(t)) for t in tensors]
+    batch_std = None
+    if scale_rewards == "batch":
+        flat = torch.cat(tensors) if tensors else torch.zeros(0, dtype=torch.float64)
+        batch_std = float(group_std(flat))
+    out = []
+    for t, std in zip(tensors, stds, strict=True):
+        centred = t - t.mean()
+        if scale_rewards == "group":
+            centred = centred / (std + STD_EPS)
+        elif scale_rewards == "batch":
+            centred = centred / (batch_std + STD_EPS)
+        elif scale_rewards != "none":
+            raise ValueError(f"scale_rewards must be group, batch or none, not {scale_rewards!r}")
+        out.append(centred.tolist())
+    return out, stds

@@ -1,0 +1,93 @@
+"""The clipped GRPO surrogate, its KL term, and loss normalisation that ignores micro-batching.
+
+The normaliser of every `loss_type` is fixed for the whole optimizer step *before* the batch is
+split: each token gets a weight, and a micro-batch's loss is the weighted sum of its tokens'
+losses. Summing micro-batch gradients therefore gives exactly the full-batch gradient, however
+the batch is split (the bug class behind most GRPO gradient-accumulation reports).
+
+- `grpo`:    each sequence's token mean, then the mean over sequences (weight 1 / (|o_i| · N)).
+- `bnpo`:    token mean over the optimizer step (weight 1 / T). TRL divides by the local
+             micro-batch's tokens, which makes the gradient depend on `micro_batch_size`; honed
+             counts the step's tokens, so on one learner `bnpo` and `dapo` coincide.
+- `dapo`:    token sum over the step's total tokens (weight 1 / T).
+- `dr_grpo`: token sum over a constant, N · max_completion_length (no length bias at all).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo")
+
+
+def token_weights(
+    masks: list[torch.Tensor], loss_type: str, max_completion_length: int
+) -> list[torch.Tensor]:
+    """Per-token weights for sequences of one optimizer step (masks: 0/1 per completion token).
+
+    Sequences with no trained token do not count in N.
+    """
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, not {loss_type!r}")
+    counts = [float(m.sum()) for m in masks]
+    n_seq = sum(1 for c in counts if c > 0)
+    n_tok = sum(counts)
+    weights = []
+    for m, c in zip(masks, counts, strict=True):
+        m = m.to(torch.float64)
+        if c == 0:
+            weights.append(m * 0)
+        elif loss_type == "grpo":
+            weights.append(m / (c * n_seq))
+        elif loss_type == "dr_grpo":
+            weights.append(m / (n_seq * max_completion_length))
+        else:
+            weights.append(m / n_tok)
+    return weights
+
+
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token estimate of KL(π_θ ‖ π_ref) from samples of π_θ.
+
+    k1 = log π_θ − log π_ref (unbiased, can be negative); k3 = e^Δ − Δ − 1 with Δ = log π_ref −
+    log π_θ (unbiased, never negative, lower variance; Schulman 2020). Both are zero when the
+    policy equals the reference.
+    """
+    if estimator == "k1":
+        return logp - ref_logp
+    if estimator == "k3":
+        delta = ref_logp - logp
+        return torch.exp(delta) - delta - 1
+    raise ValueError(f"kl_estimator must be k1 or k3, not {estimator!r}")
+
+
+@dataclass
+class SurrogateOut:
+    per_token_loss: torch.Tensor
+    ratio: torch.Tensor
+    low_clipped: torch.Tensor
+    high_clipped: torch.Tensor
+
+
+def clipped_surrogate(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    epsilon_low: float,
+    epsilon_high: float,
+) -> SurrogateOut:
+    """Per-token −min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A) with ρ = π_θ / π_old.
+
+    `advantages` has one value per sequence ([B]); token tensors are [B, C]. The clip flags mark
+    tokens where clipping took the gradient away: ρ < 1−ε_low with A < 0, ρ > 1+ε_high with A > 0.
+    """
+    ratio = torch.exp(logp - old_logp)
+    adv = advantages.unsqueeze(-1)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high) * adv
+    per_token = -torch.minimum(unclipped, clipped)
+    low = (ratio < 1 - epsilon_low) & (adv < 0)
+    high = (ratio > 1 + epsilon_high) & (adv > 0)
+    return SurrogateOut(per_token, ratio, low, high)

@@ -1,0 +1,87 @@
+"""Supervised warm-start on the environments' reference solutions.
+
+A policy built from scratch never samples a correct answer, so every GRPO group would have zero
+reward spread and nothing to learn from. A short supervised phase on reference solutions gives
+it a foothold; evaluation after it is the baseline GRPO's gain is measured against.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+
+import torch
+
+from honed.config import SFTConfig
+from honed.envs.base import Environment
+from honed.errors import HonedError
+from honed.models.policy import Policy, make_batch
+from honed.rl.schedule import build_lr_scheduler, build_optimizer
+
+MAX_EXAMPLES_PER_ENV = 50_000
+
+
+def sft_pool(policy: Policy, envs: Mapping[str, Environment]) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, target ids ending in EOS) for every reference solution of the train splits."""
+    pool = []
+    for name, env in envs.items():
+        count = 0
+        for item in env.items("train"):
+            for prompt, target in env.sft_examples(item):
+                pool.append((policy.encode(prompt), policy.encode_target(target)))
+                count += 1
+            if count >= MAX_EXAMPLES_PER_ENV:
+                break
+        if count == 0:
+            raise HonedError(
+                f"sft: environment '{name}' has no reference solutions to warm-start on; "
+                "set sft.steps: 0 or give the environment a reference"
+            )
+    return pool
+
+
+def run_sft(
+    policy: Policy,
+    envs: Mapping[str, Environment],
+    cfg: SFTConfig,
+    seed: int,
+    on_step: Callable[[int, float], None] | None = None,
+) -> dict[str, float]:
+    """Train on reference solutions for `cfg.steps` steps; returns the loss at start and end."""
+    pool = sft_pool(policy, envs)
+    rng = random.Random(seed)
+    optimizer = build_optimizer(policy.model.parameters(), cfg.learning_rate, cfg.weight_decay)
+    scheduler = build_lr_scheduler(optimizer, cfg.lr_scheduler_type, cfg.warmup_steps, cfg.steps)
+    policy.model.train()
+    order: list[int] = []
+    losses = []
+    for step in range(1, cfg.steps + 1):
+        if len(order) < cfg.batch_size:
+            fresh = list(range(len(pool)))
+            rng.shuffle(fresh)
+            order += fresh
+        idx, order = order[: cfg.batch_size], order[cfg.batch_size :]
+        batch = make_batch(
+            [pool[i][0] for i in idx],
+            [pool[i][1] for i in idx],
+            [[1] * len(pool[i][1]) for i in idx],
+            policy.pad_id,
+        )
+        logp, _ = policy.completion_logprobs(batch)
+        mask = batch.completion_mask.float()
+        loss = -(logp * mask).sum() / mask.sum()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(policy.model.parameters(), cfg.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        value = loss.item()
+        losses.append(value)
+        if on_step:
+            on_step(step, value)
+    if not losses:
+        return {}
+    tail = losses[-10:]
+    return {"sft/loss_first": losses[0], "sft/loss_last": sum(tail) / len(tail),
+            "sft/steps": float(cfg.steps), "sft/examples": float(len(pool))}

@@ -1,0 +1,390 @@
+"""The GRPO trainer: the only place that knows the order of a step.
+
+    sample items ─▶ roll out groups ─▶ (dynamic sampling) ─▶ advantages per group
+        ─▶ clipped surrogate (+KL) over micro-batches ─▶ optimizer step ─▶ log, checkpoint
+
+Everything with state (policy, optimizer, scheduler, sampler, RNGs) goes into each checkpoint,
+so `--resume` continues bit-for-bit on CPU.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from honed.config import Config, dump_config
+from honed.envs.base import Environment
+from honed.envs.registry import build_env
+from honed.errors import HonedError
+from honed.models.policy import Policy, PolicySampler, SamplingParams
+from honed.rl.evaluate import evaluate
+from honed.rl.schedule import build_lr_scheduler, build_optimizer
+from honed.rl.sft import run_sft
+from honed.rl.update import PolicyUpdate, prepare, zero_spread
+from honed.runs.files import atomic_write_dir
+from honed.runs.plots import plot_rewards
+from honed.runs.progress import Reporter
+from honed.runs.rundir import STATE_FILE, RunDir
+from honed.runs.sinks import Sinks
+from honed.sampling.sampler import Sampler
+from honed.types import Group, derive_seed
+
+
+class TrainingInterrupted(Exception):
+    """Ctrl-C during training: a checkpoint of the last finished step has been written."""
+
+    def __init__(self, step: int, path: Path | None) -> None:
+        super().__init__(f"interrupted after step {step}")
+        self.step, self.path = step, path
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def build_envs(config: Config) -> dict[str, Environment]:
+    return {
+        e.name: build_env(e.env_type, e.name, derive_seed(config.seed, "env", e.name) % 2**31, e.args)
+        for e in config.envs
+    }
+
+
+def rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+class GRPOTrainer:
+    def __init__(self, config: Config, run: RunDir, reporter: Reporter | None = None) -> None:
+        self.config = config
+        self.cfg = config.trainer
+        self.run = run
+        self.reporter = reporter or Reporter(enabled=False)
+        if config.torch_threads:
+            torch.set_num_threads(config.torch_threads)
+        seed_everything(config.seed)
+        self.envs = build_envs(config)
+        self.sampler = Sampler(
+            self.envs,
+            {e.name: e.weight for e in config.envs},
+            {e.name: e.min_share for e in config.envs},
+            seed=derive_seed(config.seed, "sampler") % 2**31,
+        )
+        self.step = 0
+        self.initial_eval: dict[str, float] = {}
+        self.warmstart: dict[str, float] = {}
+        self.policy: Policy | None = None
+
+    # ------------------------------------------------------------------ set-up
+
+    def _sampling(self) -> SamplingParams:
+        return SamplingParams(self.cfg.temperature, self.cfg.top_p, self.cfg.max_completion_length)
+
+    def _evaluate(self, split: str | None = None) -> dict[str, float]:
+        ev = self.config.eval
+        return evaluate(
+            self.policy,
+            self.envs,
+            split=split or ev.split,
+            num_items=ev.num_items,
+            temperature=ev.temperature,
+            max_tokens=self.cfg.max_completion_length,
+            top_p=self.cfg.top_p,
+            seed=derive_seed(self.config.seed, "eval"),
+        )
+
+    def _warm_start(self) -> Policy:
+        """The policy GRPO starts from: the model itself, or after supervised warm-start."""
+        policy = Policy.from_config(self.config.policy, self.config.seed)
+        if self.config.sft.steps == 0:
+            return policy
+        if (self.run.warmstart / "config.json").is_file():
+            self.reporter.note(f"using the warm-start checkpoint in {self.run.warmstart}")
+            return self._load(self.run.warmstart)
+        with self.reporter.task("warm-start (SFT)", self.config.sft.steps) as advance:
+            self.warmstart = run_sft(
+                policy,
+                self.envs,
+                self.config.sft,
+                derive_seed(self.config.seed, "sft"),
+                on_step=lambda step, loss: advance(f"loss {loss:.3f}"),
+            )
+        atomic_write_dir(self.run.warmstart, policy.save)
+        return policy
+
+    def _load(self, path: Path) -> Policy:
+        p = self.config.policy
+        return Policy.load(path, p.dtype, p.chat_template, p.attn_implementation)
+
+    def _reference(self) -> torch.nn.Module | None:
+        """A frozen copy of the policy GRPO started from; none at all when beta is 0."""
+        if self.cfg.beta == 0:
+            return None
+        if self.config.sft.steps and (self.run.warmstart / "config.json").is_file():
+            ref = self._load(self.run.warmstart).model
+        elif self.step == 0:
+            ref = copy.deepcopy(self.policy.model)
+        else:
+            ref = Policy.from_config(self.config.policy, self.config.seed).model
+        ref.eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+        return ref
+
+    def setup(self, resume: bool) -> None:
+        self.run.create()
+        latest = self.run.latest_checkpoint() if resume else None
+        if resume and latest is None:
+            self.reporter.note("no checkpoint to resume from: starting a new run")
+        self.run.write_config(dump_config(self.config))
+        if latest is not None:
+            step, path = latest
+            self.policy = self._load(path)
+            state = torch.load(path / STATE_FILE, weights_only=False)
+        else:
+            self.policy = self._warm_start()
+            state = None
+        self.optimizer = build_optimizer(
+            self.policy.model.parameters(),
+            self.cfg.learning_rate,
+            self.cfg.weight_decay,
+            (self.cfg.adam_beta1, self.cfg.adam_beta2),
+        )
+        self.scheduler = build_lr_scheduler(
+            self.optimizer, self.cfg.lr_scheduler_type, self.cfg.warmup_steps, self.cfg.max_steps
+        )
+        if state is not None:
+            self.step = state["step"]
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+            self.sampler.load_state_dict(state["sampler"])
+            set_rng_state(state["rng"])
+            self.initial_eval = state["initial_eval"]
+            self.warmstart = state.get("warmstart", {})
+            self.run.truncate_logs(self.step)
+            self.reporter.note(f"resumed from {path} (step {self.step})")
+        self.update = PolicyUpdate(
+            self.policy, self.optimizer, self.scheduler, self.cfg, self._reference()
+        )
+        self.sinks = Sinks(self.run, self.config)
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "sampler": self.sampler.state_dict(),
+            "rng": rng_state(),
+            "initial_eval": self.initial_eval,
+            "warmstart": self.warmstart,
+        }
+
+    def save_checkpoint(self) -> Path:
+        path = self.run.checkpoints / f"step_{self.step}"
+        state = self.state_dict()
+
+        def fill(tmp: Path) -> None:
+            self.policy.save(tmp)
+            torch.save(state, tmp / STATE_FILE)
+
+        atomic_write_dir(path, fill)
+        self.run.prune(self.config.checkpoint.keep_last)
+        return path
+
+    # ------------------------------------------------------------------ one step
+
+    def rollout(self, round_index: int, count: int) -> list[Group]:
+        items = self.sampler.next_items(count)
+        by_env: dict[str, list] = defaultdict(list)
+        for item in items:
+            by_env[item.env].append(item)
+        sampler = PolicySampler(self.policy, self._sampling())
+        seed = derive_seed(self.config.seed, "rollout", self.step, round_index)
+        groups: list[Group] = []
+        for name, env_items in by_env.items():
+            env = self.envs[name]
+            out = env.rollout(env_items, sampler, self.cfg.num_generations, seed)
+            for g in out:
+                g.env = name
+                for t in g.trajectories:
+                    if not math.isfinite(t.reward) or any(
+                        s.reward is not None and not math.isfinite(s.reward) for s in t.segments
+                    ):
+                        raise HonedError(
+                            f"environment '{name}' returned a non-finite reward ({t.reward}) "
+                            f"for item '{g.item_key}'"
+                        )
+            groups += out
+        return groups
+
+    def collect(self) -> tuple[list[Group], dict[str, float]]:
+        """One step's groups; with dynamic sampling, draw more until enough have spread."""
+        want = self.cfg.prompts_per_step
+        groups = self.rollout(0, want)
+        sampled = len(groups)
+        rounds = 1
+        if self.cfg.dynamic_sampling:
+            useful = [g for g, z in zip(groups, zero_spread(groups, self.cfg), strict=True) if not z]
+            pool = groups
+            while len(useful) < want and rounds < self.cfg.max_sampling_rounds:
+                more = self.rollout(rounds, want - len(useful))
+                rounds += 1
+                sampled += len(more)
+                pool = pool + more
+                useful += [g for g, z in zip(more, zero_spread(more, self.cfg), strict=True) if not z]
+            # Batches stay the same size: the first `want` useful groups, topped up with
+            # zero-spread ones (which the filter then drops) only when the cap was reached.
+            chosen = useful[:want]
+            if len(chosen) < want:
+                taken = {id(g) for g in chosen}
+                chosen += [g for g in pool if id(g) not in taken][: want - len(chosen)]
+            groups = chosen
+        return groups, {"sampling/rounds": float(rounds), "sampling/groups_drawn": float(sampled)}
+
+    def train_step(self) -> dict[str, float]:
+        started = time.perf_counter()
+        groups, metrics = self.collect()
+        rollout_time = time.perf_counter() - started
+        self.sampler.observe(groups)
+        prepared = prepare(groups, self.cfg)
+        metrics.update(prepared.metrics)
+        update_started = time.perf_counter()
+        if prepared.sequences:
+            metrics.update(self.update.step(prepared.sequences))
+        else:
+            metrics["learning_rate"] = self.optimizer.param_groups[0]["lr"]
+            self.scheduler.step()
+            metrics["update/skipped"] = 1.0
+        self.step += 1
+        elapsed = time.perf_counter() - started
+        metrics.update(self.rollout_metrics(groups))
+        metrics.update(self.sampler.metrics())
+        completion_tokens = sum(
+            len(s.completion_ids) for g in groups for t in g.trajectories for s in t.segments
+        )
+        metrics["perf/step_time"] = elapsed
+        metrics["perf/rollout_time"] = rollout_time
+        metrics["perf/update_time"] = time.perf_counter() - update_started
+        metrics["perf/tokens_per_second"] = completion_tokens / max(elapsed, 1e-9)
+        self.log_samples(groups)
+        return metrics
+
+    def rollout_metrics(self, groups: list[Group]) -> dict[str, float]:
+        trajs = [(g.env, t) for g in groups for t in g.trajectories]
+        rewards = torch.tensor([t.reward for _, t in trajs], dtype=torch.float64)
+        lengths = [len(s.completion_ids) for _, t in trajs for s in t.segments]
+        out = {
+            "reward/mean": float(rewards.mean()),
+            "reward/std": float(rewards.std()) if len(rewards) > 1 else 0.0,
+            "success/mean": sum(t.success for _, t in trajs) / len(trajs),
+            "completions/mean_length": sum(lengths) / max(1, len(lengths)),
+            "completions/max_length": float(max(lengths, default=0)),
+            "completions/truncated_frac": sum(
+                s.truncated for _, t in trajs for s in t.segments
+            ) / max(1, len(lengths)),
+        }
+        per_env: dict[str, list] = defaultdict(list)
+        for env, t in trajs:
+            per_env[env].append(t)
+        for env, ts in per_env.items():
+            out[f"reward/{env}/mean"] = sum(t.reward for t in ts) / len(ts)
+            out[f"success/{env}/mean"] = sum(t.success for t in ts) / len(ts)
+            components: dict[str, list[float]] = defaultdict(list)
+            for t in ts:
+                for key, value in t.components.items():
+                    components[key].append(float(value))
+            for key, values in components.items():
+                out[f"reward/{env}/{key}"] = sum(values) / len(values)
+        return out
+
+    def log_samples(self, groups: list[Group]) -> None:
+        n = self.config.logging.samples_per_step
+        for g in groups[:n]:
+            t = g.trajectories[0]
+            self.run.append(
+                self.run.samples_path,
+                {
+                    "step": self.step,
+                    "env": g.env,
+                    "item": g.item_key,
+                    "prompt": t.prompt_text,
+                    "completion": t.completion_text,
+                    "reward": t.reward,
+                    "success": t.success,
+                    "group_rewards": g.rewards(),
+                },
+            )
+
+    # ------------------------------------------------------------------ the loop
+
+    def train(self, resume: bool = False) -> dict[str, Any]:
+        self.setup(resume)
+        started = time.perf_counter()
+        if not self.initial_eval:
+            with self.reporter.status("initial evaluation"):
+                self.initial_eval = self._evaluate()
+            self.sinks.log(0, {f"eval/{k}": v for k, v in self.initial_eval.items()})
+        ckpt_every = self.config.checkpoint.every
+        try:
+            with self.reporter.task("GRPO", self.cfg.max_steps, start=self.step) as advance:
+                while self.step < self.cfg.max_steps:
+                    metrics = self.train_step()
+                    if self.config.eval.every and self.step % self.config.eval.every == 0:
+                        ev = self._evaluate()
+                        metrics.update({f"eval/{k}": v for k, v in ev.items()})
+                    self.sinks.log(self.step, metrics)
+                    if ckpt_every and self.step % ckpt_every == 0:
+                        self.save_checkpoint()
+                    advance(
+                        f"reward {metrics['reward/mean']:.3f}  "
+                        f"zero-std {metrics['frac_reward_zero_std']:.2f}"
+                    )
+        except KeyboardInterrupt:
+            path = self.save_checkpoint() if self.step else None
+            self.sinks.close()
+            raise TrainingInterrupted(self.step, path) from None
+        if not self.run.latest_checkpoint() or self.run.latest_checkpoint()[0] != self.step:
+            self.save_checkpoint()
+        with self.reporter.status("final evaluation"):
+            final_eval = self._evaluate()
+        self.sinks.log(self.step, {f"eval/{k}": v for k, v in final_eval.items()})
+        self.sinks.close()
+        summary = self.summary(final_eval, time.perf_counter() - started)
+        self.run.write_summary(summary)
+        plot_rewards(self.run.read_jsonl(self.run.metrics_path), self.run.path / "reward.png")
+        return summary
+
+    def summary(self, final_eval: dict[str, float], seconds: float) -> dict[str, Any]:
+        rows = self.run.read_jsonl(self.run.metrics_path)
+        rewards = [r["reward/mean"] for r in rows if "reward/mean" in r]
+        head, tail = rewards[:10], rewards[-10:]
+        latest = self.run.latest_checkpoint()
+        return {
+            "steps": self.step,
+            "initial_eval": self.initial_eval,
+            "final_eval": final_eval,
+            "accuracy_gain": final_eval["accuracy"] - self.initial_eval.get("accuracy", 0.0),
+            "train_reward_first_10": sum(head) / len(head) if head else None,
+            "train_reward_last_10": sum(tail) / len(tail) if tail else None,
+            "warmstart": self.warmstart,
+            "eval_split": self.config.eval.split,
+            "seconds": round(seconds, 1),
+            "checkpoint": str(latest[1]) if latest else None,
+        }

@@ -1,0 +1,210 @@
+"""From scored groups to an optimizer step: advantages, filtering, micro-batched loss.
+
+`prepare` turns groups into training sequences (one per segment, each with its group-relative
+advantage), dropping zero-spread groups; `PolicyUpdate.step` runs `num_iterations` optimizer
+steps over them, in micro-batches whose losses sum exactly to the full-batch loss.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from transformers import PreTrainedModel
+
+from honed.config import TrainerConfig
+from honed.models.policy import Policy, completion_logprobs, make_batch
+from honed.rl.advantages import compute_advantages, group_units
+from honed.rl.loss import clipped_surrogate, kl_penalty, token_weights
+from honed.types import Group
+
+
+@dataclass
+class TrainSequence:
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    mask: list[int]
+    old_logprobs: list[float]
+    advantage: float
+
+
+@dataclass
+class Prepared:
+    """What one step trains on, and what it learned about the groups on the way."""
+
+    sequences: list[TrainSequence]
+    kept_groups: list[Group]
+    group_stds: list[float]
+    zero_std: list[bool]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def overlong_penalty(length: int, max_length: int, buffer: int, factor: float) -> float:
+    """DAPO's soft overlong punishment: 0 until `max_length - buffer`, then linear to -factor."""
+    if buffer <= 0 or length <= max_length - buffer:
+        return 0.0
+    return -factor * min(1.0, (length - (max_length - buffer)) / buffer)
+
+
+def unit_rewards(group: Group, cfg: TrainerConfig) -> list[float]:
+    """Each unit's reward, with the soft overlong penalty of its segments when enabled."""
+    units = group_units(group)
+    rewards = list(units.rewards)
+    if cfg.overlong_buffer:
+        for u, members in enumerate(units.members):
+            for ti, si in members:
+                seg = group.trajectories[ti].segments[si]
+                rewards[u] += overlong_penalty(
+                    len(seg.completion_ids),
+                    cfg.max_completion_length,
+                    cfg.overlong_buffer,
+                    cfg.overlong_penalty,
+                )
+    return rewards
+
+
+def zero_spread(groups: list[Group], cfg: TrainerConfig) -> list[bool]:
+    """Whether each group's rewards are (nearly) all equal: zero advantage, nothing to learn."""
+    _, stds = compute_advantages([unit_rewards(g, cfg) for g in groups], "none")
+    return [s < cfg.zero_std_tolerance for s in stds]
+
+
+def prepare(groups: list[Group], cfg: TrainerConfig) -> Prepared:
+    rewards = [unit_rewards(g, cfg) for g in groups]
+    advantages, stds = compute_advantages(rewards, cfg.scale_rewards)
+    zero = [s < cfg.zero_std_tolerance for s in stds]
+    sequences: list[TrainSequence] = []
+    kept: list[Group] = []
+    for group, adv, is_zero in zip(groups, advantages, zero, strict=True):
+        if is_zero and cfg.filter_zero_std:
+            continue
+        kept.append(group)
+        units = group_units(group)
+        for a, members in zip(adv, units.members, strict=True):
+            for ti, si in members:
+                seg = group.trajectories[ti].segments[si]
+                if not seg.completion_ids:
+                    continue
+                mask = list(seg.mask())
+                if cfg.mask_truncated_completions and seg.truncated:
+                    mask = [0] * len(mask)
+                sequences.append(
+                    TrainSequence(seg.prompt_ids, seg.completion_ids, mask, seg.logprobs, float(a))
+                )
+    metrics = {
+        "frac_reward_zero_std": sum(zero) / len(zero) if zero else 0.0,
+        "groups/trained": float(len(kept)),
+        "groups/filtered": float(len(groups) - len(kept)),
+    }
+    return Prepared(sequences, kept, stds, zero, metrics)
+
+
+def _pad(rows: list[list[float]], width: int, dtype=torch.float32) -> torch.Tensor:
+    out = torch.zeros((len(rows), width), dtype=dtype)
+    for i, r in enumerate(rows):
+        if r:
+            out[i, : len(r)] = torch.as_tensor(r[:width], dtype=dtype)
+    return out
+
+
+class PolicyUpdate:
+    """The GRPO optimizer step: clipped surrogate (+ β·KL), global normaliser, micro-batches."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        cfg: TrainerConfig,
+        reference: PreTrainedModel | None = None,
+    ) -> None:
+        if cfg.beta > 0 and reference is None:
+            raise ValueError("beta > 0 needs a reference model")
+        self.policy = policy
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.cfg = cfg
+        self.reference = reference
+
+    def micro_batches(self, n: int) -> list[list[int]]:
+        size = self.cfg.micro_batch_size or max(1, n)
+        return [list(range(s, min(n, s + size))) for s in range(0, n, size)]
+
+    def step(self, sequences: list[TrainSequence]) -> dict[str, float]:
+        """Run `num_iterations` optimizer steps on the sequences; the scheduler advances once."""
+        cfg = self.cfg
+        masks = [torch.as_tensor(s.mask, dtype=torch.float32) for s in sequences]
+        weights = token_weights(masks, cfg.loss_type, cfg.max_completion_length)
+        stats: dict[str, float] = {}
+        for iteration in range(cfg.num_iterations):
+            stats = self._one_step(sequences, weights, on_policy=cfg.num_iterations == 1)
+            stats["iterations"] = float(iteration + 1)
+        stats["learning_rate"] = self.optimizer.param_groups[0]["lr"]
+        self.scheduler.step()
+        return stats
+
+    def _one_step(
+        self, sequences: list[TrainSequence], weights: list[torch.Tensor], on_policy: bool
+    ) -> dict[str, float]:
+        cfg = self.cfg
+        model = self.policy.model
+        model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        sums = {"loss": 0.0, "low": 0.0, "high": 0.0, "kl": 0.0, "entropy": 0.0, "ratio": 0.0}
+        tokens = 0.0
+        for idx in self.micro_batches(len(sequences)):
+            chunk = [sequences[i] for i in idx]
+            batch = make_batch(
+                [s.prompt_ids for s in chunk],
+                [s.completion_ids for s in chunk],
+                [s.mask for s in chunk],
+                self.policy.pad_id,
+            )
+            width = batch.completion_width
+            logp, entropy = completion_logprobs(model, batch, cfg.temperature, with_entropy=True)
+            if on_policy:
+                # π_old is the policy that sampled the batch, which is the current one: the
+                # ratio is exactly 1 in value and the gradient is the policy gradient.
+                old = logp.detach()
+            else:
+                old = _pad([s.old_logprobs for s in chunk], width)
+            adv = torch.as_tensor([s.advantage for s in chunk], dtype=torch.float32)
+            surr = clipped_surrogate(logp, old, adv, cfg.epsilon, cfg.clip_high)
+            per_token = surr.per_token_loss
+            kl = None
+            if cfg.beta > 0:
+                with torch.inference_mode():
+                    ref, _ = completion_logprobs(self.reference, batch, cfg.temperature)
+                kl = kl_penalty(logp, ref.clone(), cfg.kl_estimator)
+                per_token = per_token + cfg.beta * kl
+            w = torch.zeros((len(chunk), width), dtype=torch.float32)
+            for row, i in enumerate(idx):
+                w[row, : len(weights[i])] = weights[i].to(torch.float32)
+            loss = (per_token * w).sum()
+            loss.backward()
+            mask = batch.completion_mask.float()
+            n = float(mask.sum())
+            tokens += n
+            sums["loss"] += loss.item()
+            sums["low"] += float((surr.low_clipped.float() * mask).sum())
+            sums["high"] += float((surr.high_clipped.float() * mask).sum())
+            sums["ratio"] += float((surr.ratio.detach() * mask).sum())
+            sums["entropy"] += float((entropy * mask).sum()) if entropy is not None else 0.0
+            if kl is not None:
+                sums["kl"] += float((kl.detach() * mask).sum())
+        max_norm = cfg.max_grad_norm if cfg.max_grad_norm else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        self.optimizer.step()
+        per_tok = max(tokens, 1.0)
+        return {
+            "loss": sums["loss"],
+            "clip_ratio/low_mean": sums["low"] / per_tok,
+            "clip_ratio/high_mean": sums["high"] / per_tok,
+            "clip_ratio/region_mean": (sums["low"] + sums["high"]) / per_tok,
+            "ratio/mean": sums["ratio"] / per_tok,
+            "entropy": sums["entropy"] / per_tok,
+            "kl": sums["kl"] / per_tok,
+            "grad_norm": float(grad_norm),
+            "tokens/trained": tokens,
+        }
