@@ -1,0 +1,316 @@
+"""The user's own task: a JSONL file of prompts plus any columns, and a reward function.
+
+The reward function has the TRL signature, so one written for `GRPOTrainer` works here as is:
+
+    def exact(completions, answer, **kwargs) -> list[float]: ...
+
+It is called with `prompts`, `completions` (raw text, not stripped), `completion_ids` and every
+other column of the file as a keyword argument holding a list aligned with the completions (rows
+without a column give `None`). A function without `**kwargs` gets only the arguments it names.
+
+Splits are disjoint: explicit `test_path` / `validation_path` files, or else a carve-out of the
+main file by a hash of each prompt, so a prompt always lands in the same split whatever the line
+order or the seed. A prompt that appears several times is kept every time, under keys
+`<name>:<hash>`, `<name>:<hash>#2`, ... (all copies fall in the same split).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import logging
+import math
+import numbers
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from honed.envs.base import SingleTurnEnv
+from honed.errors import HonedError
+from honed.types import SPLITS, Item, Score
+from honed.user_code import load_object
+
+log = logging.getLogger(__name__)
+
+# Keyword arguments honed itself passes to the reward function; no column may take these names.
+RESERVED = ("prompts", "completions", "completion_ids")
+
+
+def prompt_hash(prompt: str) -> str:
+    return hashlib.sha1(prompt.encode()).hexdigest()
+
+
+def read_jsonl(path: str | Path, prompt_field: str) -> list[dict[str, Any]]:
+    """The rows of a JSONL file; blank lines are skipped, anything else malformed is an error
+    naming the file and the 1-based line number."""
+    path = Path(path)
+    if not path.is_file():
+        raise HonedError(f"dataset file not found: {path}")
+    rows = []
+    with path.open("rb") as lines:
+        for number, raw in enumerate(lines, start=1):
+            where = f"{path}, line {number}"
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")  # BOM-tolerant
+            except UnicodeDecodeError as exc:
+                raise HonedError(f"{where}: not UTF-8 text ({exc})") from None
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise HonedError(f"{where}: not valid JSON ({exc})") from None
+            if not isinstance(row, dict):
+                raise HonedError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            if prompt_field not in row:
+                raise HonedError(
+                    f"{where}: missing the prompt field '{prompt_field}' "
+                    f"(fields: {', '.join(row) or 'none'})"
+                )
+            if not isinstance(row[prompt_field], str):
+                raise HonedError(
+                    f"{where}: the prompt field '{prompt_field}' must be a string, "
+                    f"got {type(row[prompt_field]).__name__}"
+                )
+            rows.append(row)
+    if not rows:
+        raise HonedError(f"dataset file {path} has no rows")
+    return rows
+
+
+class DatasetEnv(SingleTurnEnv):
+    """Prompts from a JSONL file, scored by a user reward function named `module:function` or
+    `path/to/file.py:function`.
+
+    `success` is `reward >= success_threshold`. `seed` is accepted for the common constructor
+    but nothing depends on it: splits come from prompt hashes and items keep file order.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        seed: int = 0,
+        *,
+        path: str,
+        reward: str,
+        prompt_field: str = "prompt",
+        reference_field: str | None = None,
+        test_path: str | None = None,
+        validation_path: str | None = None,
+        test_fraction: float = 0.1,
+        validation_fraction: float = 0.0,
+        success_threshold: float = 1.0,
+    ) -> None:
+        super().__init__(name)
+        if not isinstance(prompt_field, str):
+            raise self._fail(f"prompt_field must be a string, got {prompt_field!r}")
+        self.seed = seed
+        self.prompt_field = prompt_field
+        self.reference_field = reference_field
+        self.success_threshold = self._check_number("success_threshold", success_threshold)
+        test_fraction = self._check_fraction("test_fraction", test_fraction)
+        validation_fraction = self._check_fraction("validation_fraction", validation_fraction)
+
+        files = {"train": path, "test": test_path, "validation": validation_path}
+        carved: dict[str, float] = {}  # held-out splits cut from the main file, in this order
+        if test_path is None:
+            carved["test"] = test_fraction
+        if validation_path is None:
+            carved["validation"] = validation_fraction
+        if sum(carved.values()) > 1.0:
+            raise self._fail(
+                f"test_fraction + validation_fraction must be at most 1, got {sum(carved.values())}"
+            )
+        rows = {s: read_jsonl(f, prompt_field) for s, f in files.items() if f is not None}
+        self.columns = self._columns([r for split_rows in rows.values() for r in split_rows])
+        self._splits = self._assign(rows, carved)
+        if reference_field is not None and reference_field not in self.columns:
+            raise self._fail(
+                f"reference_field '{reference_field}' is not a column of the data "
+                f"(columns: {', '.join(self.columns) or 'none'})"
+            )
+        self.reward_spec = reward
+        self._load_reward()
+
+    # Data ----------------------------------------------------------------------------------
+
+    def _columns(self, rows: list[dict[str, Any]]) -> list[str]:
+        """Every field but the prompt, in order of first appearance."""
+        columns: dict[str, None] = {}
+        for row in rows:
+            columns.update((k, None) for k in row if k != self.prompt_field)
+        for column in columns:
+            if column in RESERVED:
+                raise self._fail(
+                    f"column '{column}' clashes with an argument honed passes to the reward "
+                    f"function ({', '.join(RESERVED)}); rename it in the data"
+                )
+        return list(columns)
+
+    def _assign(
+        self, rows: dict[str, list[dict[str, Any]]], carved: dict[str, float]
+    ) -> dict[str, list[Item]]:
+        """Items per split: carve held-out splits from the main file by prompt hash, and drop
+        from a lower split any prompt that a higher one (test > validation > train) holds."""
+        by_split: dict[str, list[dict[str, Any]]] = {s: list(rows.get(s, [])) for s in SPLITS}
+        train = by_split["train"]
+        by_split["train"] = []
+        for row in train:
+            position = int(prompt_hash(row[self.prompt_field])[:15], 16) / 16**15
+            split = "train"
+            low = 0.0
+            for held_out, fraction in carved.items():
+                if low <= position < low + fraction:
+                    split = held_out
+                    break
+                low += fraction
+            by_split[split].append(row)
+
+        taken: set[str] = set()
+        items: dict[str, list[Item]] = {}
+        occurrences: dict[str, int] = {}
+        for split in ("test", "validation", "train"):
+            kept = [r for r in by_split[split] if r[self.prompt_field] not in taken]
+            if len(kept) < len(by_split[split]):
+                log.warning(
+                    "environment '%s': dropped %d %s rows whose prompt is also in a held-out split",
+                    self.name,
+                    len(by_split[split]) - len(kept),
+                    split,
+                )
+            taken.update(r[self.prompt_field] for r in kept)
+            items[split] = []
+            for row in kept:
+                digest = prompt_hash(row[self.prompt_field])[:12]
+                occurrences[digest] = occurrences.get(digest, 0) + 1
+                suffix = "" if occurrences[digest] == 1 else f"#{occurrences[digest]}"
+                items[split].append(
+                    Item(key=f"{self.name}:{digest}{suffix}", env=self.name, data=row)
+                )
+        return items
+
+    def items(self, split: str) -> list[Item]:
+        if split not in self._splits:
+            raise HonedError(
+                f"environment '{self.name}' has no split '{split}'; valid splits: "
+                + ", ".join(SPLITS)
+            )
+        return list(self._splits[split])
+
+    def prompt(self, item: Item) -> str:
+        return item.data[self.prompt_field]
+
+    def reference(self, item: Item) -> str | None:
+        if self.reference_field is None:
+            return None
+        value = item.data.get(self.reference_field)
+        if value is None or isinstance(value, str):
+            return value
+        return json.dumps(value)
+
+    # The reward function -------------------------------------------------------------------
+
+    def _load_reward(self) -> None:
+        """Import the reward function and check now, before any training, that every argument
+        it requires will be passed."""
+        fn = load_object(self.reward_spec, "reward function")
+        if not callable(fn):
+            raise self._fail(f"reward function '{self.reward_spec}' is not callable")
+        self._fn: Callable[..., Any] = fn
+        self._accepts: set[str] | None = None
+        try:
+            parameters = inspect.signature(fn).parameters.values()
+        except (TypeError, ValueError):  # builtins without a signature: pass everything
+            return
+        if any(p.kind is p.VAR_KEYWORD for p in parameters):
+            return
+        self._accepts = {p.name for p in parameters}
+        passed = {*RESERVED, *self.columns}
+        for p in parameters:
+            needed = p.default is p.empty and p.kind is not p.VAR_POSITIONAL
+            if needed and (p.kind is p.POSITIONAL_ONLY or p.name not in passed):
+                raise self._fail(
+                    f"reward function '{self.reward_spec}' requires argument '{p.name}', which "
+                    f"is not a column of the data (columns: {', '.join(self.columns) or 'none'})"
+                )
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A function loaded from a file cannot be pickled by reference; workers re-import it.
+        state = dict(self.__dict__)
+        del state["_fn"], state["_accepts"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._load_reward()
+
+    @property
+    def reward_name(self) -> str:
+        return getattr(self._fn, "__name__", "reward_fn")
+
+    def score_batch(
+        self,
+        items: Sequence[Item],
+        completions: Sequence[str],
+        completion_ids: Sequence[Sequence[int]] | None = None,
+    ) -> list[Score]:
+        if not items:
+            return []
+        kwargs: dict[str, Any] = {
+            "prompts": [self.prompt(item) for item in items],
+            "completions": list(completions),
+            "completion_ids": None if completion_ids is None else [list(c) for c in completion_ids],
+        }
+        for column in self.columns:
+            kwargs[column] = [item.data.get(column) for item in items]
+        if self._accepts is not None:
+            kwargs = {k: v for k, v in kwargs.items() if k in self._accepts}
+        rewards = self._call(kwargs, len(items))
+        name = self.reward_name
+        return [
+            Score(reward=r, success=float(r >= self.success_threshold), components={name: r})
+            for r in rewards
+        ]
+
+    def _call(self, kwargs: dict[str, Any], expected: int) -> list[float]:
+        """Call the reward function and insist on `expected` finite numbers."""
+        who = f"reward function '{self.reward_spec}'"
+        try:
+            result = self._fn(**kwargs)
+        except Exception as exc:
+            raise HonedError(f"{who} raised {type(exc).__name__}: {exc}") from exc
+        if hasattr(result, "tolist"):  # NumPy arrays and tensors
+            result = result.tolist()
+        if not isinstance(result, (list, tuple)):
+            raise HonedError(f"{who} must return a list of floats, got {type(result).__name__}")
+        if len(result) != expected:
+            raise HonedError(f"{who} returned {len(result)} rewards for {expected} completions")
+        rewards = []
+        for index, value in enumerate(result):
+            if not isinstance(value, numbers.Real) or not math.isfinite(value):
+                raise HonedError(
+                    f"{who} returned {value!r} at index {index}; rewards must be finite numbers"
+                )
+            rewards.append(float(value))
+        return rewards
+
+    # Argument checks -----------------------------------------------------------------------
+
+    def _fail(self, message: str) -> HonedError:
+        return HonedError(f"environment '{self.name}' (dataset): {message}")
+
+    def _check_number(self, arg: str, value: float) -> float:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, numbers.Real)
+            or not math.isfinite(value)
+        ):
+            raise self._fail(f"{arg} must be a finite number, got {value!r}")
+        return float(value)
+
+    def _check_fraction(self, arg: str, value: float) -> float:
+        value = self._check_number(arg, value)
+        if not 0.0 <= value <= 1.0:
+            raise self._fail(f"{arg} must be between 0 and 1, got {value!r}")
+        return value
