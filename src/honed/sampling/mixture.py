@@ -73,7 +73,7 @@ class EnvironmentMixture:
         """Items per environment for one batch; the counts sum to `batch_size`."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 0:
             raise ValueError(f"batch_size must be a non-negative integer, got {batch_size!r}")
-        # The small tolerance keeps 0.1 * 30 = 3.0000000000000004 from becoming 4.
+        # The small tolerance keeps 0.07 * 100 = 7.000000000000001 from becoming 8.
         counts = [math.ceil(m * batch_size - 1e-9) if m > 0 else 0 for m in self._min_share]
         reserved = sum(counts)
         if reserved > batch_size:
