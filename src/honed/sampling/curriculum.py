@@ -123,6 +123,8 @@ class CurriculumScheduler:
         self.competence_threshold = float(competence_threshold)
         self.unseen_share = unseen_share
         self._mid = n_bins // 2
+        easy = [math.exp(-2.0 * b / (n_bins - 1)) for b in range(n_bins)] if n_bins > 1 else [1.0]
+        self._easy = [e / sum(easy) for e in easy]  # easy_first at step 0
         self._rng = random.Random(seed)
 
         # Items by integer id, in typed arrays: O(1) per update from Python, and a rebin reads
@@ -233,16 +235,6 @@ class CurriculumScheduler:
             return self._mid
         return self._bin[i]
 
-    def _competence_level(self, current_step: int, total_steps: int) -> float:
-        """The share of items (easiest first) that `competence_based` draws from now."""
-        t = _progress(current_step, total_steps)
-        c0 = INITIAL_COMPETENCE
-        scheduled = min(1.0, math.sqrt(t * (1.0 - c0 * c0) + c0 * c0))
-        if self._n_seen == 0:
-            return scheduled
-        measured = min(1.0, self._n_mastered / self._n_seen + 1.0 / self.n_bins)
-        return max(scheduled, measured)
-
     def bin_probabilities(self, current_step: int = 0, total_steps: int = 1000) -> list[float]:
         """The strategy's distribution over bins at this step, temperature applied."""
         weights = self._tempered(self._strategy_weights(current_step, total_steps))
@@ -293,18 +285,22 @@ class CurriculumScheduler:
         if n_unseen:
             p_unseen = 1.0 if self._n_seen == 0 else self._unseen_probability()
         members = self._members
-        raw = self._strategy_weights(current_step, total_steps)
-        weights = self._tempered([w if members[b] else 0.0 for b, w in enumerate(raw)])
-        bins = [b for b, w in enumerate(weights) if w > 0.0]
-        if bins:
-            cumulative = list(itertools.accumulate(weights[b] for b in bins))
-        elif self._n_seen:
-            favoured = max(range(self.n_bins), key=raw.__getitem__)
+        weights = self._tempered(self._strategy_weights(current_step, total_steps))
+        bins: list[int] = []
+        cumulative: list[float] = []
+        total = 0.0
+        for b, w in enumerate(weights):
+            if w > 0.0 and members[b]:
+                total += w
+                bins.append(b)
+                cumulative.append(total)
+        if not bins and self._n_seen:
+            favoured = max(range(self.n_bins), key=weights.__getitem__)
             nearest = min(
                 (b for b in range(self.n_bins) if members[b]), key=lambda b: abs(b - favoured)
             )
             bins, cumulative = [nearest], [1.0]
-        else:  # only unseen items: the bins are never reached
+        elif not bins:  # only unseen items: the bins are never reached
             cumulative = [1.0]
         self._plan_key = key
         self._plan_cache = (p_unseen, bins, cumulative)
@@ -448,13 +444,21 @@ class CurriculumScheduler:
             return [1.0] * k
         if self._strategy == "easy_first":
             t = _progress(current_step, total_steps)
-            easy = [math.exp(-2.0 * b / (k - 1)) for b in range(k)]
-            total = sum(easy)
-            return [(1.0 - t) * e / total + t / k for e in easy]
+            return [(1.0 - t) * e + t / k for e in self._easy]
         if self._strategy == "competence_based":
-            c = self._competence_level(current_step, total_steps)
-            return [min(max(c * k - b, 0.0), 1.0) for b in range(k)]
+            x = self._competence_level(current_step, total_steps) * k  # bins' worth allowed
+            return [1.0 if x >= b + 1 else (x - b if x > b else 0.0) for b in range(k)]
         return list(self._bin_weight)
+
+    def _competence_level(self, current_step: int, total_steps: int) -> float:
+        """The share of items (easiest first) that `competence_based` draws from now."""
+        t = _progress(current_step, total_steps)
+        c0 = INITIAL_COMPETENCE
+        scheduled = min(1.0, math.sqrt(t * (1.0 - c0 * c0) + c0 * c0))
+        if self._n_seen == 0:
+            return scheduled
+        measured = min(1.0, self._n_mastered / self._n_seen + 1.0 / self.n_bins)
+        return max(scheduled, measured)
 
     def _tempered(self, weights: list[float]) -> list[float]:
         if self.temperature == 1.0:
