@@ -10,7 +10,7 @@ whole batch be folded in with one vectorised step.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -65,7 +65,7 @@ class WelfordAccumulator:
             self._min = min(self._min, x)
             self._max = max(self._max, x)
 
-    def update_batch(self, xs: Iterable[float] | np.ndarray) -> None:
+    def update_batch(self, xs: Sequence[float] | np.ndarray) -> None:
         """Fold in many values at once: the batch's own statistics, merged by Chan's formula."""
         values = np.asarray(xs, dtype=np.float64).ravel()
         if values.size == 0:

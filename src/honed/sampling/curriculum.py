@@ -313,8 +313,9 @@ class CurriculumScheduler:
         n = seen.size
         scores = np.frombuffer(self._ema, dtype=np.float64)[seen]
         starts = [(b * n + k // 2) // k for b in range(k + 1)]
-        kth = sorted({s for s in starts[1:k] if 0 < s < n})
-        # Easiest first; ties are split between bins deterministically, though not by any rule.
+        # Easiest first, partitioned at each bin's first rank so that the score there is the
+        # bin's largest; ties are split between bins deterministically, though by no rule.
+        kth = sorted({s for s in starts[1:k] if s < n})
         order = np.argpartition(-scores, kth) if kth else np.arange(n)
         self._set_cuts([float(scores[order[s]]) if s < n else -_INF for s in starts[1:k]])
 
