@@ -7,17 +7,18 @@ then a symmetric clip at ±`clip`.
 
 What it can and cannot change: both modes are *affine* maps r ↦ a·r + b with a > 0 (the same
 a, b for every reward of one `normalize` call), and GRPO's group advantage
-(r − mean_group) / std_group is invariant under affine maps. So with per-group scaling
-(`scale_rewards: group`, the default) the normaliser changes nothing but what the clip cuts
-off. It matters
+(r − mean_group) / std_group is invariant under affine maps (but for the small floor on
+std_group, which a rescaling moves). So with per-group scaling (`scale_rewards: group`, the
+default) the normaliser changes nothing but what the clip cuts off. It matters
 
 - with `scale_rewards: none` (advantage r − mean_group): the normaliser sets the advantages'
   scale, i.e. the effective learning rate, and puts environments on the same one;
 - with `scale_rewards: batch` (divide by the batch's std): in a batch mixing environments, an
   environment with a large reward scale would otherwise dominate the std and shrink every
   other environment's advantages;
-- through clipping, which is not affine: an outlier reward is cut to ±`clip` standard
-  deviations, so it no longer flattens the rest of its group.
+- through clipping, which is not affine: in `zscore` mode an outlier is cut to ±`clip`
+  standard deviations, so it no longer flattens the rest of its group (`minmax` output lies in
+  [0, 1] already, since the batch is part of the statistics).
 
 Hence: normalise a whole group in one call (so its rewards share a, b), and leave the
 normaliser off (`mode="none"`) under group scaling unless outlier clipping is wanted. The map
