@@ -1,0 +1,130 @@
+"""Online reward normalisation, one normaliser per environment, applied before group advantages.
+
+Environments score on different scales (a unit-test pass rate in [0, 1], a game score in the
+hundreds). A normaliser keeps running statistics of an environment's rewards and maps each
+batch onto a common footing: `zscore` → (r − mean) / std, `minmax` → (r − min) / (max − min),
+then a symmetric clip at ±`clip`.
+
+What it can and cannot change: both modes are *affine* maps r ↦ a·r + b with a > 0 (the same
+a, b for every reward of one `normalize` call), and GRPO's group advantage
+(r − mean_group) / std_group is invariant under affine maps (but for the small floor on
+std_group, which a rescaling moves). So with per-group scaling (`scale_rewards: group`, the
+default) the normaliser changes nothing but what the clip cuts off. It matters
+
+- with `scale_rewards: none` (advantage r − mean_group): the normaliser sets the advantages'
+  scale, i.e. the effective learning rate, and puts environments on the same one;
+- with `scale_rewards: batch` (divide by the batch's std): in a batch mixing environments, an
+  environment with a large reward scale would otherwise dominate the std and shrink every
+  other environment's advantages;
+- through clipping, which is not affine: in `zscore` mode an outlier is cut to ±`clip`
+  standard deviations, so it no longer flattens the rest of its group (`minmax` output lies in
+  [0, 1] already, since the batch is part of the statistics).
+
+Hence: normalise a whole group in one call (so its rewards share a, b), and leave the
+normaliser off (`mode="none"`) under group scaling unless outlier clipping is wanted. The map
+also moves as statistics accumulate (and jumps when warmup ends), which under
+`scale_rewards: none` shows up as a changing advantage scale early in training.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from honed.rewards.welford import WelfordAccumulator
+
+MODES = ("zscore", "minmax", "none")
+
+
+class RewardNormalizer:
+    """Running statistics of one environment's rewards and the map they define."""
+
+    def __init__(
+        self,
+        mode: str = "zscore",
+        clip: float | None = 5.0,
+        warmup: int = 10,
+        eps: float = 1e-8,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(
+                f"unknown reward normalisation mode {mode!r}; valid modes: {', '.join(MODES)}"
+            )
+        if clip is not None and not clip >= 0:
+            raise ValueError(
+                f"reward normalisation clip must be >= 0, or 0/None for none, got {clip!r}"
+            )
+        if warmup < 0:
+            raise ValueError(f"reward normalisation warmup must be >= 0 samples, got {warmup!r}")
+        if not eps >= 0:
+            raise ValueError(f"reward normalisation eps must be >= 0, got {eps!r}")
+        self.mode = mode
+        self.clip = float(clip) if clip else None
+        self.warmup = int(warmup)
+        self.eps = float(eps)
+        self._stats = WelfordAccumulator()
+
+    @property
+    def count(self) -> int:
+        return self._stats.count
+
+    @property
+    def mean(self) -> float:
+        return self._stats.mean
+
+    @property
+    def std(self) -> float:
+        return self._stats.std
+
+    @property
+    def is_warmed_up(self) -> bool:
+        """True once `warmup` rewards (samples, not batches) have been seen."""
+        return self._stats.count >= self.warmup
+
+    def normalize(self, scores: Sequence[float] | np.ndarray) -> list[float]:
+        """Add the batch to the statistics, then map it (raw but clipped during warmup)."""
+        if self.mode == "none":
+            return [float(s) for s in scores]
+        values = np.asarray(scores, dtype=np.float64).ravel()
+        self._stats.update_batch(values)  # rejects NaN and infinity
+        if values.size == 0:
+            return []
+        if not self.is_warmed_up:
+            out = values
+        elif self.mode == "zscore":
+            std = self._stats.std
+            if std < self.eps or std == 0.0:
+                out = np.zeros_like(values)
+            else:
+                out = (values - self._stats.mean) / std
+        else:
+            span = self._stats.max_val - self._stats.min_val
+            if span < self.eps or span == 0.0:
+                out = np.full_like(values, 0.5)
+            else:
+                out = (values - self._stats.min_val) / span
+        if self.clip is not None:
+            out = np.clip(out, -self.clip, self.clip)
+        return out.tolist()
+
+    def merge(self, other: RewardNormalizer) -> None:
+        """Add another normaliser's statistics (e.g. from another rollout worker)."""
+        self._stats.merge(other._stats)
+
+    def metrics_dict(self) -> dict[str, float]:
+        stats = self._stats
+        return {
+            "reward_norm/count": float(stats.count),
+            "reward_norm/mean": stats.mean,
+            "reward_norm/std": stats.std,
+            "reward_norm/min": stats.min_val,
+            "reward_norm/max": stats.max_val,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"stats": self._stats.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._stats.load_state_dict(state["stats"])
