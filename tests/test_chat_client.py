@@ -24,6 +24,13 @@ def config(server: FakeOpenAIServer | str, **overrides) -> ChatModelConfig:
     return ChatModelConfig(**fields)
 
 
+@pytest.fixture(autouse=True)
+def _direct_to_localhost(monkeypatch):
+    """httpx honours proxy variables; a CI machine's proxy must not see the local server."""
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+
+
 @pytest.fixture
 def server():
     with FakeOpenAIServer() as s:
