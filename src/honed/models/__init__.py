@@ -1,0 +1,1 @@
+"""Models: the policies trained by the GRPO loop and the chat clients the skill loop calls."""

@@ -1,0 +1,94 @@
+"""Versioned skill files: `skills/v0001.md`, `skills/v0002.md`, ... in a run directory.
+
+Every file is written atomically (a temporary file in the same directory, flushed to disk, then
+renamed over the final name), so a run killed mid-write leaves either the old set of versions or
+the new one, never a truncated skill that `--resume` would read back as the current skill.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from honed.errors import HonedError
+from honed.skills.document import SkillDocument
+
+_VERSION_FILE = re.compile(r"^v(\d{4,})\.md$")
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write `text` (UTF-8, `\\n` line endings) to `path` atomically; creates parent folders."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+@dataclass(frozen=True)
+class SkillVersion:
+    """One saved version: its number, file and content hash."""
+
+    number: int
+    path: Path
+    content_hash: str
+
+
+class SkillStore:
+    """The numbered skill versions in one directory (a run's `skills/`).
+
+    Numbers start at 1 and only grow; `save` always writes the next one. The store keeps no
+    state of its own beyond the files, so a resumed run sees exactly what was written.
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+
+    def path(self, number: int) -> Path:
+        return self.directory / f"v{number:04d}.md"
+
+    def versions(self) -> list[int]:
+        """The saved version numbers, ascending."""
+        if not self.directory.is_dir():
+            return []
+        found = (_VERSION_FILE.match(p.name) for p in self.directory.iterdir())
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def save(self, document: SkillDocument | str) -> SkillVersion:
+        """Write the next version and return it."""
+        doc = document if isinstance(document, SkillDocument) else SkillDocument(document)
+        numbers = self.versions()
+        number = numbers[-1] + 1 if numbers else 1
+        path = atomic_write_text(self.path(number), doc.text)
+        return SkillVersion(number, path, doc.content_hash)
+
+    def load(self, number: int | None = None) -> SkillDocument:
+        """Version `number`, or the latest when `None`; a missing one is a `HonedError`."""
+        if number is None:
+            numbers = self.versions()
+            if not numbers:
+                raise HonedError(f"no skill versions in {self.directory}")
+            number = numbers[-1]
+        path = self.path(number)
+        if not path.is_file():
+            raise HonedError(f"skill version {number} not found: {path} does not exist")
+        return SkillDocument.load(path)
+
+    def latest(self) -> SkillVersion | None:
+        """The newest saved version, or `None` when nothing has been saved."""
+        numbers = self.versions()
+        if not numbers:
+            return None
+        doc = self.load(numbers[-1])
+        return SkillVersion(numbers[-1], self.path(numbers[-1]), doc.content_hash)

@@ -1,0 +1,288 @@
+"""The OpenAI-compatible chat client against a real HTTP server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import random
+import socket
+import threading
+import time
+from email.utils import formatdate
+
+import pytest
+from openai_server import FakeOpenAIServer, FakeRequest, Reply, completion
+from pydantic import ValidationError
+
+from honed.errors import HonedError
+from honed.models.chat import MAX_DELAY_S, ChatClient, ChatModelConfig, UsageMeter, retry_delay
+
+USER = [{"role": "user", "content": "what is two plus two"}]
+
+
+def config(server: FakeOpenAIServer | str, **overrides) -> ChatModelConfig:
+    base_url = server if isinstance(server, str) else server.base_url
+    fields = {"base_url": base_url, "model": "fake-model", "backoff_s": 0.01, **overrides}
+    return ChatModelConfig(**fields)
+
+
+@pytest.fixture(autouse=True)
+def _direct_to_localhost(monkeypatch):
+    """httpx honours proxy variables; a CI machine's proxy must not see the local server."""
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+
+
+@pytest.fixture
+def server():
+    with FakeOpenAIServer() as s:
+        yield s
+
+
+def closed_port_url() -> str:
+    """A 127.0.0.1 URL where nothing listens."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def test_success_sends_the_configured_request(server, monkeypatch):
+    monkeypatch.setenv("FAKE_KEY", "sk-test")
+    cfg = config(
+        server, api_key_env="FAKE_KEY", temperature=0.3, max_tokens=64, extra_body={"seed": 7}
+    )
+    with ChatClient(cfg) as client:
+        client.check()
+        assert client.chat(USER) == "echo: what is two plus two"
+        reply = client.complete(USER, stage="judge", temperature=None, top_p=0.5)
+    first, second = server.chat_requests
+    assert first.headers["authorization"] == "Bearer sk-test"
+    assert first.body == {
+        "model": "fake-model",
+        "messages": USER,
+        "temperature": 0.3,
+        "max_tokens": 64,
+        "seed": 7,
+    }
+    # Per-call params override the config; None leaves a field out.
+    assert "temperature" not in second.body and second.body["top_p"] == 0.5
+    assert reply.finish_reason == "stop" and reply.prompt_tokens == 5
+
+
+def test_retries_after_429_and_500_then_succeeds(caplog):
+    def flaky(req: FakeRequest):
+        if req.index == 0:
+            return Reply(429, {"error": {"message": "rate limited"}}, headers={"Retry-After": "0"})
+        if req.index == 1:
+            return Reply(500, {"error": {"message": "internal error"}})
+        if req.index == 2:
+            return Reply(drop=True)  # the connection closes without a response
+        return "fine"
+
+    with FakeOpenAIServer(flaky) as server, ChatClient(config(server, max_retries=3)) as client:
+        assert client.chat(USER, stage="rollout") == "fine"
+        assert len(server.chat_requests) == 4
+        assert client.usage()["rollout"]["retries"] == 3
+        assert client.usage()["rollout"]["requests"] == 1
+    retries = [r.getMessage() for r in caplog.records if "retry" in r.getMessage()]
+    assert len(retries) == 3 and "HTTP 429: rate limited" in retries[0]
+
+
+def test_gives_up_after_max_retries_with_the_last_problem():
+    always_503 = lambda req: Reply(503, {"error": {"message": "overloaded"}})  # noqa: E731
+    with (
+        FakeOpenAIServer(always_503) as server,
+        ChatClient(config(server, max_retries=2)) as client,
+    ):
+        with pytest.raises(HonedError) as info:
+            client.chat(USER)
+        assert len(server.chat_requests) == 3
+    message = str(info.value)
+    assert "HTTP 503: overloaded" in message and "gave up after 3 attempt(s)" in message
+    assert server.base_url in message
+
+
+def test_no_retry_on_400_and_the_servers_message_is_shown():
+    def bad(req):
+        return Reply(400, {"error": {"message": "max_tokens is too large: 999999"}})
+
+    with FakeOpenAIServer(bad) as server, ChatClient(config(server, max_retries=5)) as client:
+        with pytest.raises(HonedError) as info:
+            client.chat(USER)
+        assert len(server.chat_requests) == 1
+    assert "HTTP 400: max_tokens is too large: 999999" in str(info.value)
+    assert "model 'fake-model'" in str(info.value)
+
+
+def test_401_on_chat_names_the_key_variable(monkeypatch):
+    monkeypatch.setenv("WRONG_KEY", "nope")
+    with FakeOpenAIServer(api_key="right") as server:
+        client = ChatClient(config(server, api_key_env="WRONG_KEY"))
+        with pytest.raises(HonedError, match="environment variable WRONG_KEY"):
+            client.chat(USER)
+        assert len(server.chat_requests) == 1
+
+
+def test_timeout_is_retried_then_reported():
+    slow = lambda req: Reply(200, completion("late"), delay_s=5)  # noqa: E731
+    with FakeOpenAIServer(slow) as server:
+        client = ChatClient(config(server, timeout_s=0.3, max_retries=1))
+        start = time.monotonic()
+        with pytest.raises(HonedError, match=r"timed out after 0\.3s; gave up after 2 attempt"):
+            client.chat(USER)
+        assert time.monotonic() - start < 4
+        assert len(server.chat_requests) == 2
+
+
+def test_preflight_fails_fast_on_an_unreachable_server():
+    url = closed_port_url()
+    client = ChatClient(config(url, max_retries=4, backoff_s=10))
+    calls = []
+
+    def run():
+        client.check()  # before any work, as the skill loop does
+        calls.append(client.chat(USER))
+
+    start = time.monotonic()
+    with pytest.raises(HonedError) as info:
+        run()
+    assert time.monotonic() - start < 3  # no back-off: the preflight does not retry
+    assert calls == [] and f"cannot reach the chat server at {url}" in str(info.value)
+
+
+def test_preflight_reports_bad_key_wrong_url_and_unknown_model(monkeypatch):
+    monkeypatch.setenv("KEY", "wrong")
+    with FakeOpenAIServer(models=["qwen3-8b", "llama-3.1-8b"], api_key="right") as server:
+        with pytest.raises(HonedError, match=r"refused the credentials .*HTTP 401"):
+            ChatClient(config(server, model="qwen3-8b", api_key_env="KEY")).check()
+        monkeypatch.setenv("KEY", "right")
+        with pytest.raises(HonedError) as info:
+            ChatClient(config(server, model="qwen3-8", api_key_env="KEY")).check()
+        assert "model 'qwen3-8' is not served" in str(info.value)
+        assert "did you mean 'qwen3-8b'" in str(info.value)
+        ChatClient(config(server, model="qwen3-8b", api_key_env="KEY")).check()
+        no_prefix = server.base_url.removesuffix("/v1")
+        with pytest.raises(HonedError, match=r"no OpenAI-compatible API at .*usually ends in /v1"):
+            ChatClient(config(no_prefix, model="qwen3-8b", api_key_env="KEY")).check()
+    with FakeOpenAIServer(models=[]) as server:
+        ChatClient(config(server, model="anything")).check()  # lists nothing: no model check
+
+
+def test_missing_key_variable_is_an_error_at_construction(server, monkeypatch):
+    monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
+    with pytest.raises(HonedError, match=r"NOT_SET_ANYWHERE.*not set"):
+        ChatClient(config(server, api_key_env="NOT_SET_ANYWHERE"))
+
+
+def test_chat_many_respects_the_concurrency_limit_and_keeps_order():
+    def numbered(req: FakeRequest):
+        return Reply(200, completion(f"reply to {req.last_user_text}"), delay_s=0.15)
+
+    batch = [[{"role": "user", "content": f"q{i}"}] for i in range(12)]
+    with FakeOpenAIServer(numbered) as server:
+        client = ChatClient(config(server, concurrency=3))
+        assert client.chat_many(batch) == [f"reply to q{i}" for i in range(12)]
+        assert server.max_in_flight == 3
+        # The limit holds across callers too: two threads sharing the client.
+        server.max_in_flight = 0
+        threads = [threading.Thread(target=client.chat_many, args=(batch[:6],)) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert server.max_in_flight == 3
+    assert ChatClient(config(server)).chat_many([]) == []
+
+
+def test_waiting_for_a_free_slot_does_not_count_against_the_timeout():
+    # Five callers, one slot, 0.25 s per request: the last one waits ~1 s for its turn, longer
+    # than timeout_s, yet only the request itself is timed.
+    slow = lambda req: Reply(200, completion("ok"), delay_s=0.25)  # noqa: E731
+    with FakeOpenAIServer(slow) as server:
+        client = ChatClient(config(server, concurrency=1, timeout_s=0.7, max_retries=0))
+        results, errors = [], []
+
+        def call():
+            try:
+                results.append(client.chat(USER))
+            except HonedError as exc:
+                errors.append(str(exc))
+
+        threads = [threading.Thread(target=call) for _ in range(5)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [] and results == ["ok"] * 5
+        assert server.max_in_flight == 1
+
+
+def test_chat_many_raises_the_first_failure():
+    def fail_third(req: FakeRequest):
+        if req.last_user_text == "q2":
+            return Reply(400, {"error": {"message": "bad item"}})
+        return "ok"
+
+    batch = [[{"role": "user", "content": f"q{i}"}] for i in range(5)]
+    with FakeOpenAIServer(fail_third) as server, pytest.raises(HonedError, match="bad item"):
+        ChatClient(config(server, concurrency=2)).chat_many(batch)
+
+
+def test_usage_is_summed_per_stage():
+    tokens = {"reflect": (100, 20), "rank": (7, 3)}
+
+    def counted(req: FakeRequest):
+        prompt, done = tokens[req.last_user_text]
+        return completion("x", prompt_tokens=prompt, completion_tokens=done)
+
+    with FakeOpenAIServer(counted) as server:
+        meter = UsageMeter()
+        client = ChatClient(config(server, concurrency=4), usage=meter)
+        client.chat_many([[{"role": "user", "content": "reflect"}]] * 5, stage="optimizer.reflect")
+        client.chat([{"role": "user", "content": "rank"}], stage="optimizer.rank")
+        client.chat([{"role": "user", "content": "rank"}], stage="optimizer.rank")
+    usage = client.usage()
+    assert usage["optimizer.reflect"] == {
+        "requests": 5,
+        "retries": 0,
+        "prompt_tokens": 500,
+        "completion_tokens": 100,
+        "total_tokens": 600,
+    }
+    assert usage["optimizer.rank"]["total_tokens"] == 20
+    assert usage["optimizer.rank"]["requests"] == 2
+    restored = UsageMeter()
+    restored.load_state_dict(meter.state_dict())
+    assert restored.usage() == usage
+
+
+def test_non_completion_reply_is_a_clear_error():
+    server = FakeOpenAIServer(lambda req: {"unexpected": True})
+    with server, pytest.raises(HonedError, match="not a chat completion"):
+        ChatClient(config(server)).chat(USER)
+
+
+def test_retry_delay_honours_retry_after_and_backs_off_with_jitter():
+    rng = random.Random(0)
+    assert retry_delay(0, 1.0, "7", rng) == 7.0
+    assert retry_delay(3, 1.0, "0", rng) == 0.0
+    assert retry_delay(0, 1.0, "100000", rng) == MAX_DELAY_S
+    http_date = formatdate(time.time() + 30, usegmt=True)
+    assert 25 < retry_delay(0, 1.0, http_date, rng) <= 30
+    for attempt in range(4):
+        delays = {retry_delay(attempt, 0.5, None, rng) for _ in range(20)}
+        assert all(0.5 * 0.5 * 2**attempt <= d <= 0.5 * 2**attempt for d in delays)
+        assert len(delays) > 1  # jittered
+    assert retry_delay(20, 1.0, "garbage", rng) <= MAX_DELAY_S
+
+
+def test_config_forbids_unknown_keys_and_validates():
+    with pytest.raises(ValidationError, match="api_key"):
+        ChatModelConfig(base_url="http://x/v1", model="m", api_key="sk-inline")
+    with pytest.raises(ValidationError, match="must start with http"):
+        ChatModelConfig(base_url="localhost:8000/v1", model="m")
+    with pytest.raises(ValidationError):
+        ChatModelConfig(base_url="http://x/v1", model="m", concurrency=0)
+    cfg = ChatModelConfig(base_url=" http://x/v1/ ", model="m")
+    assert cfg.base_url == "http://x/v1"
+    assert (cfg.api_key_env, cfg.temperature, cfg.max_tokens) == (None, 0.0, None)
+    assert (cfg.timeout_s, cfg.max_retries, cfg.concurrency, cfg.extra_body) == (120.0, 4, 8, {})
