@@ -40,8 +40,10 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
         help="override a config value by its dotted key, e.g. -o trainer.max_steps=20 "
         "(repeatable; list items by index: -o envs.0.weight=2)",
     )
-    p.add_argument("--run-dir", help="where the run is written (default: config run_dir, "
-                   "else runs/<config name>)")
+    p.add_argument(
+        "--run-dir",
+        help="where the run is written (default: config run_dir, else runs/<config name>)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar or tables")
 
 
@@ -53,23 +55,38 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    train = sub.add_parser("train", help="train a policy with GRPO",
-                           description="Train a policy with GRPO (after an optional warm-start).")
+    train = sub.add_parser(
+        "train",
+        help="train a policy with GRPO",
+        description="Train a policy with GRPO (after an optional warm-start).",
+    )
     _add_config_args(train)
-    train.add_argument("--resume", action="store_true",
-                       help="continue the run in --run-dir from its latest checkpoint")
-    train.add_argument("--overwrite", action="store_true",
-                       help="delete an existing run in --run-dir and start again")
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --run-dir from its latest checkpoint",
+    )
+    train.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete an existing run in --run-dir and start again",
+    )
 
-    sft = sub.add_parser("sft", help="supervised warm-start only",
-                         description="Supervised training on the environments' reference "
-                         "solutions; writes checkpoints/warmstart/ and evaluates it.")
+    sft = sub.add_parser(
+        "sft",
+        help="supervised warm-start only",
+        description="Supervised training on the environments' reference "
+        "solutions; writes checkpoints/warmstart/ and evaluates it.",
+    )
     _add_config_args(sft)
     sft.add_argument("--overwrite", action="store_true", help="replace an existing warm-start")
 
-    ev = sub.add_parser("eval", help="evaluate a run or a checkpoint",
-                        description="Evaluate the latest checkpoint of a run directory, or a "
-                        "given checkpoint directory, on a held-out split.")
+    ev = sub.add_parser(
+        "eval",
+        help="evaluate a run or a checkpoint",
+        description="Evaluate the latest checkpoint of a run directory, or a "
+        "given checkpoint directory, on a held-out split.",
+    )
     ev.add_argument("path", metavar="RUN_DIR_OR_CHECKPOINT")
     ev.add_argument("--split", default="test", choices=["train", "validation", "test"])
     ev.add_argument("--num-items", type=int, help="items per environment (default: config)")
@@ -92,9 +109,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, args.override)
     run = resolve_run_dir(args, config)
-    holds_run = run.config_path.exists() and (
-        run.metrics_path.exists() or run.checkpoints.exists()
-    )
+    holds_run = run.config_path.exists() and (run.metrics_path.exists() or run.checkpoints.exists())
     if holds_run and not (args.resume or args.overwrite):
         raise HonedError(
             f"{run.path} already holds a run; pass --resume to continue it, --overwrite to "
@@ -109,11 +124,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         summary = trainer.train(resume=args.resume)
     except TrainingInterrupted as stop:
         where = f"; checkpoint {stop.path}" if stop.path else ""
-        print(f"interrupted after step {stop.step}{where}; continue with --resume",
-              file=sys.stderr)
+        print(f"interrupted after step {stop.step}{where}; continue with --resume", file=sys.stderr)
         return EXIT_INTERRUPTED
-    reporter.comparison(f"held-out {config.eval.split} evaluation",
-                        summary["initial_eval"], summary["final_eval"])
+    reporter.comparison(
+        f"held-out {config.eval.split} evaluation", summary["initial_eval"], summary["final_eval"]
+    )
     reporter.note(f"summary: {run.summary_path}")
     return 0
 
@@ -134,8 +149,9 @@ def cmd_sft(args: argparse.Namespace) -> int:
     run.create()
     trainer.policy = trainer._warm_start()
     results = trainer._evaluate()
-    atomic_write_json(run.path / "warmstart_eval.json", {"warmstart": trainer.warmstart,
-                                                         "eval": results})
+    atomic_write_json(
+        run.path / "warmstart_eval.json", {"warmstart": trainer.warmstart, "eval": results}
+    )
     reporter.values(f"warm-start, {config.eval.split} split", {**trainer.warmstart, **results})
     reporter.note(f"checkpoint: {run.warmstart}")
     return 0

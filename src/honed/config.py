@@ -181,7 +181,9 @@ def _parse_value(text: str) -> Any:
 def apply_override(data: dict[str, Any], assignment: str) -> None:
     """Apply one `dotted.key=value` override in place; list items are addressed by index."""
     if "=" not in assignment:
-        raise HonedError(f"override '{assignment}' must look like key=value (e.g. trainer.max_steps=20)")
+        raise HonedError(
+            f"override '{assignment}' must look like key=value (e.g. trainer.max_steps=20)"
+        )
     key, _, raw = assignment.partition("=")
     parts = key.strip().split(".")
     if not all(parts):
@@ -206,7 +208,9 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
 
 def _list_index(node: list, part: str, path: str) -> int:
     if not part.isdigit() or int(part) >= len(node):
-        raise HonedError(f"override key '{path}': '{part}' is not an index of a list of {len(node)}")
+        raise HonedError(
+            f"override key '{path}': '{part}' is not an index of a list of {len(node)}"
+        )
     return int(part)
 
 

@@ -108,7 +108,9 @@ class Policy:
         stops = {eos} if eos is not None else set()
         stops |= set(gen_eos) if isinstance(gen_eos, list) else ({gen_eos} if gen_eos else set())
         if not stops:
-            raise HonedError("the tokenizer has no end-of-sequence token; generation could not stop")
+            raise HonedError(
+                "the tokenizer has no end-of-sequence token; generation could not stop"
+            )
         self.stop_ids = sorted(stops)
         self.eos_id = eos if eos is not None else self.stop_ids[0]
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
@@ -121,8 +123,12 @@ class Policy:
             tokenizer = build_char_tokenizer()
             model = build_tiny_model(cfg.tiny, tokenizer, seed).to(DTYPES[cfg.dtype])
             return cls(model, tokenizer, chat_template=cfg.chat_template)
-        return cls.load(cfg.model, dtype=cfg.dtype, chat_template=cfg.chat_template,
-                        attn_implementation=cfg.attn_implementation)
+        return cls.load(
+            cfg.model,
+            dtype=cfg.dtype,
+            chat_template=cfg.chat_template,
+            attn_implementation=cfg.attn_implementation,
+        )
 
     @classmethod
     def load(

@@ -39,5 +39,6 @@ def build_lr_scheduler(
 def build_optimizer(
     params, lr: float, weight_decay: float, betas: tuple[float, float] = (0.9, 0.99)
 ) -> torch.optim.AdamW:
-    return torch.optim.AdamW([p for p in params if p.requires_grad], lr=lr, betas=betas,
-                             weight_decay=weight_decay)
+    return torch.optim.AdamW(
+        [p for p in params if p.requires_grad], lr=lr, betas=betas, weight_decay=weight_decay
+    )

@@ -83,5 +83,9 @@ def run_sft(
     if not losses:
         return {}
     tail = losses[-10:]
-    return {"sft/loss_first": losses[0], "sft/loss_last": sum(tail) / len(tail),
-            "sft/steps": float(cfg.steps), "sft/examples": float(len(pool))}
+    return {
+        "sft/loss_first": losses[0],
+        "sft/loss_last": sum(tail) / len(tail),
+        "sft/steps": float(cfg.steps),
+        "sft/examples": float(len(pool)),
+    }

@@ -54,13 +54,19 @@ def seed_everything(seed: int) -> None:
 
 def build_envs(config: Config) -> dict[str, Environment]:
     return {
-        e.name: build_env(e.env_type, e.name, derive_seed(config.seed, "env", e.name) % 2**31, e.args)
+        e.name: build_env(
+            e.env_type, e.name, derive_seed(config.seed, "env", e.name) % 2**31, e.args
+        )
         for e in config.envs
     }
 
 
 def rng_state() -> dict[str, Any]:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
@@ -153,7 +159,7 @@ class GRPOTrainer:
             self.reporter.note("no checkpoint to resume from: starting a new run")
         self.run.write_config(dump_config(self.config))
         if latest is not None:
-            step, path = latest
+            _step, path = latest
             self.policy = self._load(path)
             state = torch.load(path / STATE_FILE, weights_only=False)
         else:
@@ -241,14 +247,18 @@ class GRPOTrainer:
         sampled = len(groups)
         rounds = 1
         if self.cfg.dynamic_sampling:
-            useful = [g for g, z in zip(groups, zero_spread(groups, self.cfg), strict=True) if not z]
+            useful = [
+                g for g, z in zip(groups, zero_spread(groups, self.cfg), strict=True) if not z
+            ]
             pool = groups
             while len(useful) < want and rounds < self.cfg.max_sampling_rounds:
                 more = self.rollout(rounds, want - len(useful))
                 rounds += 1
                 sampled += len(more)
                 pool = pool + more
-                useful += [g for g, z in zip(more, zero_spread(more, self.cfg), strict=True) if not z]
+                useful += [
+                    g for g, z in zip(more, zero_spread(more, self.cfg), strict=True) if not z
+                ]
             # Batches stay the same size: the first `want` useful groups, topped up with
             # zero-spread ones (which the filter then drops) only when the cap was reached.
             chosen = useful[:want]
@@ -296,9 +306,8 @@ class GRPOTrainer:
             "success/mean": sum(t.success for _, t in trajs) / len(trajs),
             "completions/mean_length": sum(lengths) / max(1, len(lengths)),
             "completions/max_length": float(max(lengths, default=0)),
-            "completions/truncated_frac": sum(
-                s.truncated for _, t in trajs for s in t.segments
-            ) / max(1, len(lengths)),
+            "completions/truncated_frac": sum(s.truncated for _, t in trajs for s in t.segments)
+            / max(1, len(lengths)),
         }
         per_env: dict[str, list] = defaultdict(list)
         for env, t in trajs:
