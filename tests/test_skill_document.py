@@ -255,7 +255,7 @@ def test_atomic_write_leaves_no_partial_file_on_failure(tmp_path, monkeypatch):
     def boom(*args):
         raise OSError("disk full")
 
-    monkeypatch.setattr("honed.skills.store.os.replace", boom)
+    monkeypatch.setattr("honed.runs.files.os.replace", boom)
     with pytest.raises(OSError, match="disk full"):
         atomic_write_text(target, "new\n")
     assert target.read_text() == "old\n"

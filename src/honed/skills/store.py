@@ -1,39 +1,20 @@
 """Versioned skill files: `skills/v0001.md`, `skills/v0002.md`, ... in a run directory.
 
-Every file is written atomically (a temporary file in the same directory, flushed to disk, then
-renamed over the final name), so a run killed mid-write leaves either the old set of versions or
-the new one, never a truncated skill that `--resume` would read back as the current skill.
+Every file is written atomically (`honed.runs.files.atomic_write_text`), so a run killed
+mid-write leaves either the old set of versions or the new one, never a truncated skill that `--resume` would read back as the current skill.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from honed.errors import HonedError
+from honed.runs.files import atomic_write_text
 from honed.skills.document import SkillDocument
 
 _VERSION_FILE = re.compile(r"^v(\d{4,})\.md$")
-
-
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write `text` (UTF-8, `\\n` line endings) to `path` atomically; creates parent folders."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(text.encode("utf-8"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,56 @@
+"""Atomic file writes: a reader (or a crash) never sees half a file or half a checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write `text` (UTF-8, line endings as given) to `path` atomically; creates parent folders.
+
+    The text goes to a temporary file in the same directory, is flushed to disk, then renamed
+    over the final name, so a run killed mid-write leaves the old file or the new one, never a
+    truncated file that `--resume` would read back.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text.encode("utf-8"))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_json(path: str | Path, data: Any) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def atomic_write_dir(path: str | Path, fill: Callable[[Path], None]) -> None:
+    """Build a directory under a temporary name beside `path`, then rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        fill(tmp)
+        if path.exists():
+            old = path.with_name(f".{path.name}.old-{os.getpid()}")
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

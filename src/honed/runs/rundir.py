@@ -1,0 +1,111 @@
+"""The run directory: everything one training run writes, and how to find it again.
+
+config.yaml        the resolved config (every default spelled out)
+metrics.jsonl      one JSON object per step
+samples.jsonl      a few prompts / completions / rewards per step
+checkpoints/       step_N/ (a Hugging Face model directory + trainer_state.pt), warmstart/
+summary.json       initial_eval, final_eval, timings
+reward.png         reward per step
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from honed.runs.files import atomic_write_json, atomic_write_text
+
+STEP_DIR = re.compile(r"^step_(\d+)$")
+STATE_FILE = "trainer_state.pt"
+
+
+class RunDir:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / "config.yaml"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def samples_path(self) -> Path:
+        return self.path / "samples.jsonl"
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / "summary.json"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def warmstart(self) -> Path:
+        return self.checkpoints / "warmstart"
+
+    def create(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    def write_config(self, text: str) -> None:
+        atomic_write_text(self.config_path, text)
+
+    # ------------------------------------------------------------ append-only logs
+
+    def append(self, path: Path, record: dict[str, Any]) -> None:
+        with path.open("a") as fh:
+            fh.write(json.dumps(record) + "\n")
+            fh.flush()
+
+    def read_jsonl(self, path: Path) -> list[dict[str, Any]]:
+        if not path.exists():
+            return []
+        rows = []
+        for line in path.read_text().splitlines():
+            line = line.strip()
+            if line:
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    break  # a line cut short by a crash ends the readable log
+        return rows
+
+    def truncate_logs(self, last_step: int) -> None:
+        """On resume, drop log lines from steps after the checkpoint being resumed."""
+        for path in (self.metrics_path, self.samples_path):
+            rows = [r for r in self.read_jsonl(path) if int(r.get("step", 0)) <= last_step]
+            atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
+
+    # ------------------------------------------------------------ checkpoints
+
+    def step_checkpoints(self) -> list[tuple[int, Path]]:
+        if not self.checkpoints.is_dir():
+            return []
+        found = []
+        for child in self.checkpoints.iterdir():
+            m = STEP_DIR.match(child.name)
+            if m and (child / STATE_FILE).is_file():
+                found.append((int(m.group(1)), child))
+        return sorted(found)
+
+    def latest_checkpoint(self) -> tuple[int, Path] | None:
+        found = self.step_checkpoints()
+        return found[-1] if found else None
+
+    def prune(self, keep_last: int) -> None:
+        for _, path in self.step_checkpoints()[:-keep_last]:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        atomic_write_json(self.summary_path, summary)
+
+    def read_summary(self) -> dict[str, Any]:
+        if not self.summary_path.exists():
+            return {}
+        return json.loads(self.summary_path.read_text())
