@@ -10,7 +10,7 @@ and so do their defaults, so a TRL user's settings carry over.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -169,6 +169,8 @@ class Config(Strict):
 
 # --------------------------------------------------------------------------- loading
 
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
 
 def _parse_value(text: str) -> Any:
     """`-o k=v` values are YAML scalars or flow collections: `20`, `true`, `[1, 2]`, `a/b`."""
@@ -234,13 +236,13 @@ def _field_names(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     return list(current.model_fields) if current is not None else []
 
 
-def _explain(err: ValidationError, source: str) -> HonedError:
+def _explain(err: ValidationError, source: str, model: type[BaseModel] = Config) -> HonedError:
     """Turn pydantic's report into one line naming the key (and the closest valid one)."""
     first = err.errors()[0]
     loc = tuple(first["loc"])
     key = ".".join(str(p) for p in loc) or "(top level)"
     if first["type"] == "extra_forbidden":
-        valid = _field_names(Config, loc)
+        valid = _field_names(model, loc)
         prefix = ".".join(str(p) for p in loc[:-1])
         hint = did_you_mean(str(loc[-1]), valid)
         if hint and prefix:
@@ -252,8 +254,14 @@ def _explain(err: ValidationError, source: str) -> HonedError:
     return HonedError(f"{source}: invalid value for '{key}': {message}")
 
 
-def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
-    """Read a YAML config (or start from defaults when `path` is None) and apply overrides."""
+def load_model(
+    model: type[ModelT], path: str | Path | None, overrides: list[str] | None = None
+) -> ModelT:
+    """Read a YAML file (or start from defaults when `path` is None), apply `-o` overrides and
+    validate the result as `model`; every problem is a one-line `HonedError`.
+
+    Shared by every command that takes a config (`honed train`, `honed skills train`, ...).
+    """
     data: dict[str, Any] = {}
     source = "config"
     if path is not None:
@@ -271,11 +279,16 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     for assignment in overrides or []:
         apply_override(data, assignment)
     try:
-        return Config.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as err:
-        raise _explain(err, source) from err
+        raise _explain(err, source, model) from err
 
 
-def dump_config(config: Config) -> str:
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
+    """Read a GRPO config (or start from defaults when `path` is None) and apply overrides."""
+    return load_model(Config, path, overrides)
+
+
+def dump_config(config: BaseModel) -> str:
     """The resolved config as YAML, every default spelled out (written into each run)."""
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

@@ -12,6 +12,9 @@ Splits are disjoint: explicit `test_path` / `validation_path` files, or else a c
 main file by a hash of each prompt, so a prompt always lands in the same split whatever the line
 order or the seed. A prompt that appears several times is kept every time, under keys
 `<name>:<hash>`, `<name>:<hash>#2`, ... (all copies fall in the same split).
+
+`JsonlEnv` holds the file reading and splitting, which the question-answering environment
+(`honed.envs.qa`) shares.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import math
 import numbers
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from honed.envs.base import SingleTurnEnv
 from honed.errors import HonedError
@@ -41,9 +44,18 @@ def prompt_hash(prompt: str) -> str:
     return hashlib.sha1(prompt.encode()).hexdigest()
 
 
-def read_jsonl(path: str | Path, prompt_field: str) -> list[dict[str, Any]]:
+def read_jsonl(
+    path: str | Path,
+    prompt_field: str,
+    check_row: Callable[[dict[str, Any]], str | None] | None = None,
+) -> list[dict[str, Any]]:
     """The rows of a JSONL file; blank lines are skipped, anything else malformed is an error
-    naming the file and the 1-based line number."""
+    naming the file and the 1-based line number.
+
+    `check_row` lets an environment add its own per-row rules (the QA environment's answers): it
+    returns a problem description, or `None` for a good row, and the problem is reported with
+    the line number like every other.
+    """
     path = Path(path)
     if not path.is_file():
         raise HonedError(f"dataset file not found: {path}")
@@ -73,45 +85,43 @@ def read_jsonl(path: str | Path, prompt_field: str) -> list[dict[str, Any]]:
                     f"{where}: the prompt field '{prompt_field}' must be a string, "
                     f"got {type(row[prompt_field]).__name__}"
                 )
+            problem = check_row(row) if check_row is not None else None
+            if problem:
+                raise HonedError(f"{where}: {problem}")
             rows.append(row)
     if not rows:
         raise HonedError(f"dataset file {path} has no rows")
     return rows
 
 
-class DatasetEnv(SingleTurnEnv):
-    """Prompts from a JSONL file, scored by a user reward function named `module:function` or
-    `path/to/file.py:function`.
+class JsonlEnv(SingleTurnEnv):
+    """What every environment over JSONL files shares: reading the files (errors with line
+    numbers), disjoint splits by prompt hash, items keyed by `<name>:<hash>`, argument checks.
 
-    `success` is `reward >= success_threshold`. `seed` is accepted for the common constructor
-    but nothing depends on it: splits come from prompt hashes and items keep file order.
+    Subclasses call `_load` from their constructor and add prompts and scoring.
     """
 
-    def __init__(
-        self,
-        name: str,
-        seed: int = 0,
-        *,
-        path: str,
-        reward: str,
-        prompt_field: str = "prompt",
-        reference_field: str | None = None,
-        test_path: str | None = None,
-        validation_path: str | None = None,
-        test_fraction: float = 0.1,
-        validation_fraction: float = 0.0,
-        success_threshold: float = 1.0,
-    ) -> None:
+    kind: ClassVar[str] = "jsonl"  # the type name errors mention: "environment 'x' (dataset)"
+
+    def __init__(self, name: str, seed: int, prompt_field: str) -> None:
         super().__init__(name)
         if not isinstance(prompt_field, str):
             raise self._fail(f"prompt_field must be a string, got {prompt_field!r}")
         self.seed = seed
         self.prompt_field = prompt_field
-        self.reference_field = reference_field
-        self.success_threshold = self._check_number("success_threshold", success_threshold)
+
+    def _load(
+        self,
+        path: str,
+        test_path: str | None,
+        validation_path: str | None,
+        test_fraction: float,
+        validation_fraction: float,
+        check_row: Callable[[dict[str, Any]], str | None] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Read the files, assign the splits, and return every row read (in file order)."""
         test_fraction = self._check_fraction("test_fraction", test_fraction)
         validation_fraction = self._check_fraction("validation_fraction", validation_fraction)
-
         files = {"train": path, "test": test_path, "validation": validation_path}
         carved: dict[str, float] = {}  # held-out splits cut from the main file, in this order
         if test_path is None:
@@ -122,31 +132,13 @@ class DatasetEnv(SingleTurnEnv):
             raise self._fail(
                 f"test_fraction + validation_fraction must be at most 1, got {sum(carved.values())}"
             )
-        rows = {s: read_jsonl(f, prompt_field) for s, f in files.items() if f is not None}
-        self.columns = self._columns([r for split_rows in rows.values() for r in split_rows])
+        rows = {
+            s: read_jsonl(f, self.prompt_field, check_row)
+            for s, f in files.items()
+            if f is not None
+        }
         self._splits = self._assign(rows, carved)
-        if reference_field is not None and reference_field not in self.columns:
-            raise self._fail(
-                f"reference_field '{reference_field}' is not a column of the data "
-                f"(columns: {', '.join(self.columns) or 'none'})"
-            )
-        self.reward_spec = reward
-        self._load_reward()
-
-    # Data ----------------------------------------------------------------------------------
-
-    def _columns(self, rows: list[dict[str, Any]]) -> list[str]:
-        """Every field but the prompt, in order of first appearance."""
-        columns: dict[str, None] = {}
-        for row in rows:
-            columns.update((k, None) for k in row if k != self.prompt_field)
-        for column in columns:
-            if column in RESERVED:
-                raise self._fail(
-                    f"column '{column}' clashes with an argument honed passes to the reward "
-                    f"function ({', '.join(RESERVED)}); rename it in the data"
-                )
-        return list(columns)
+        return [r for split_rows in rows.values() for r in split_rows]
 
     def _assign(
         self, rows: dict[str, list[dict[str, Any]]], carved: dict[str, float]
@@ -200,6 +192,80 @@ class DatasetEnv(SingleTurnEnv):
 
     def prompt(self, item: Item) -> str:
         return item.data[self.prompt_field]
+
+    # Argument checks -----------------------------------------------------------------------
+
+    def _fail(self, message: str) -> HonedError:
+        return HonedError(f"environment '{self.name}' ({self.kind}): {message}")
+
+    def _check_number(self, arg: str, value: float) -> float:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, numbers.Real)
+            or not math.isfinite(value)
+        ):
+            raise self._fail(f"{arg} must be a finite number, got {value!r}")
+        return float(value)
+
+    def _check_fraction(self, arg: str, value: float) -> float:
+        value = self._check_number(arg, value)
+        if not 0.0 <= value <= 1.0:
+            raise self._fail(f"{arg} must be between 0 and 1, got {value!r}")
+        return value
+
+
+class DatasetEnv(JsonlEnv):
+    """Prompts from a JSONL file, scored by a user reward function named `module:function` or
+    `path/to/file.py:function`.
+
+    `success` is `reward >= success_threshold`. `seed` is accepted for the common constructor
+    but nothing depends on it: splits come from prompt hashes and items keep file order.
+    """
+
+    kind = "dataset"
+
+    def __init__(
+        self,
+        name: str,
+        seed: int = 0,
+        *,
+        path: str,
+        reward: str,
+        prompt_field: str = "prompt",
+        reference_field: str | None = None,
+        test_path: str | None = None,
+        validation_path: str | None = None,
+        test_fraction: float = 0.1,
+        validation_fraction: float = 0.0,
+        success_threshold: float = 1.0,
+    ) -> None:
+        super().__init__(name, seed, prompt_field)
+        self.reference_field = reference_field
+        self.success_threshold = self._check_number("success_threshold", success_threshold)
+        rows = self._load(path, test_path, validation_path, test_fraction, validation_fraction)
+        self.columns = self._columns(rows)
+        if reference_field is not None and reference_field not in self.columns:
+            raise self._fail(
+                f"reference_field '{reference_field}' is not a column of the data "
+                f"(columns: {', '.join(self.columns) or 'none'})"
+            )
+        self.reward_spec = reward
+        self._load_reward()
+
+    # Data ----------------------------------------------------------------------------------
+
+    def _columns(self, rows: list[dict[str, Any]]) -> list[str]:
+        """Every field but the prompt, in order of first appearance."""
+        columns: dict[str, None] = {}
+        for row in rows:
+            columns.update((k, None) for k in row if k != self.prompt_field)
+        for column in columns:
+            if column in RESERVED:
+                raise self._fail(
+                    f"column '{column}' clashes with an argument honed passes to the reward "
+                    f"function ({', '.join(RESERVED)}); rename it in the data"
+                )
+        return list(columns)
 
     def reference(self, item: Item) -> str | None:
         if self.reference_field is None:
@@ -294,23 +360,3 @@ class DatasetEnv(SingleTurnEnv):
                 )
             rewards.append(float(value))
         return rewards
-
-    # Argument checks -----------------------------------------------------------------------
-
-    def _fail(self, message: str) -> HonedError:
-        return HonedError(f"environment '{self.name}' (dataset): {message}")
-
-    def _check_number(self, arg: str, value: float) -> float:
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, numbers.Real)
-            or not math.isfinite(value)
-        ):
-            raise self._fail(f"{arg} must be a finite number, got {value!r}")
-        return float(value)
-
-    def _check_fraction(self, arg: str, value: float) -> float:
-        value = self._check_number(arg, value)
-        if not 0.0 <= value <= 1.0:
-            raise self._fail(f"{arg} must be between 0 and 1, got {value!r}")
-        return value

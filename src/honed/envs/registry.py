@@ -21,6 +21,7 @@ ENVIRONMENTS: dict[str, str | type] = {
     "sort": "honed.envs.tasks:SortEnv",
     "countdown": "honed.envs.tasks:CountdownEnv",
     "dataset": "honed.envs.dataset:DatasetEnv",
+    "qa": "honed.envs.qa:QAEnv",
 }
 
 # Given to every constructor by `build_env` itself, never through `args`.
