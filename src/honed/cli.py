@@ -26,6 +26,8 @@ Train LLM agents by reinforcement (GRPO) and by reflection (skill optimisation).
   honed train CONFIG --resume                              continue from the latest checkpoint
   honed eval runs/quickstart --split test                  evaluate a run or a checkpoint
   honed sft CONFIG                                         supervised warm-start only
+  honed skills train examples/skills_qa.yaml               optimise a skill document
+  honed skills eval --skill best_skill.md --split test --run-dir runs/skills_qa
 """
 
 
@@ -93,7 +95,45 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--config", help="config to use when the checkpoint is outside a run dir")
     ev.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
     ev.add_argument("--quiet", action="store_true")
+    _add_skills_parser(sub)
     return parser
+
+
+def _add_skills_parser(sub: argparse._SubParsersAction) -> None:
+    skills = sub.add_parser(
+        "skills",
+        help="optimise a skill document by reflection",
+        description="Train a skill document (Markdown the agent reads in its system prompt) "
+        "by reflection under an edit budget, against OpenAI-compatible chat servers; see "
+        "docs/skills.md.",
+    )
+    group = skills.add_subparsers(dest="skills_command", metavar="SUBCOMMAND", required=True)
+    train = group.add_parser(
+        "train",
+        help="optimise a skill on the configured environments",
+        description="Optimise a skill document; writes skills/vNNNN.md, best_skill.md, "
+        "steps/ and summary.json in the run directory.",
+    )
+    _add_config_args(train)
+    train.add_argument(
+        "--resume", action="store_true", help="continue the run in --run-dir after its last step"
+    )
+    train.add_argument(
+        "--overwrite", action="store_true", help="delete an existing run in --run-dir first"
+    )
+    ev = group.add_parser(
+        "eval",
+        help="score a skill file on a split",
+        description="Score a skill file with the target model on a split of the configured "
+        "environments. Give a CONFIG, or --run-dir to use a run's config and answer cache.",
+    )
+    ev.add_argument("config", nargs="?", help="skills YAML config (default: the run's)")
+    ev.add_argument("--skill", required=True, help="the skill file (Markdown)")
+    ev.add_argument("--split", default="test", choices=["train", "validation", "test"])
+    ev.add_argument("--run-dir", help="a skills run: its config, cache and eval/ folder")
+    ev.add_argument("--num-items", type=int, help="items per environment (default: config)")
+    ev.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
+    ev.add_argument("--quiet", action="store_true")
 
 
 def resolve_run_dir(args: argparse.Namespace, config: Config) -> RunDir:
@@ -205,7 +245,95 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "sft": cmd_sft, "eval": cmd_eval}
+def cmd_skills_train(args: argparse.Namespace) -> int:
+    from honed.skills.config import load_skills_config
+    from honed.skills.rundir import SkillRunDir
+    from honed.skills.trainer import SkillTrainer
+
+    config = load_skills_config(args.config, args.override)
+    run = SkillRunDir(resolve_run_dir(args, config).path)
+    if run.holds_run() and not (args.resume or args.overwrite):
+        raise HonedError(
+            f"{run.path} already holds a skills run; pass --resume to continue it, --overwrite "
+            "to replace it, or --run-dir to start another"
+        )
+    reporter = Reporter(enabled=not args.quiet)
+    trainer = SkillTrainer(config, run, reporter)
+    try:
+        with reporter.status("checking the target and optimizer servers"):
+            trainer.preflight()
+        if args.overwrite and run.path.exists():
+            shutil.rmtree(run.path)
+        reporter.note(f"run directory: {run.path}")
+        try:
+            summary = trainer.train(resume=args.resume)
+        except KeyboardInterrupt:
+            print(f"interrupted after step {trainer.step}; continue with --resume", file=sys.stderr)
+            return EXIT_INTERRUPTED
+    finally:
+        trainer.close()
+    selection = summary["selection"]
+    reporter.comparison(
+        f"selection score ({config.gate.split} split)",
+        selection["initial"],
+        selection["best"],
+        labels=("initial", "best"),
+    )
+    reporter.comparison(
+        f"held-out {config.eval.split} evaluation",
+        summary["eval"]["initial"],
+        summary["eval"]["best"],
+        labels=("initial", "best"),
+    )
+    reporter.table(
+        "tokens per stage",
+        ["stage", "requests", "prompt tokens", "completion tokens"],
+        [
+            [stage, row["requests"], row["prompt_tokens"], row["completion_tokens"]]
+            for stage, row in summary["tokens"].items()
+        ],
+    )
+    reporter.note(
+        f"{summary['steps']} steps: {len(summary['accepted_steps'])} accepted, "
+        f"{len(summary['rejected_steps'])} rejected, {len(summary['unchanged_steps'])} unchanged"
+    )
+    reporter.note(f"best skill: {run.best_path} (version {summary['best_version']})")
+    reporter.note(f"summary: {run.summary_path}")
+    return 0
+
+
+def cmd_skills_eval(args: argparse.Namespace) -> int:
+    from honed.skills.config import load_skills_config
+    from honed.skills.document import SkillDocument
+    from honed.skills.rollout import RolloutCache
+    from honed.skills.rundir import SkillRunDir
+    from honed.skills.trainer import evaluate_skill
+
+    run = SkillRunDir(args.run_dir) if args.run_dir else None
+    config_file = args.config or (run.config_path if run is not None else None)
+    if config_file is None:
+        raise HonedError("give a skills CONFIG or --run-dir (whose config.yaml is used)")
+    if run is not None and not Path(config_file).is_file():
+        raise HonedError(f"{run.path} holds no skills run (no {run.config_path.name})")
+    config = load_skills_config(config_file, args.override)
+    skill = SkillDocument.load(args.skill)
+    reporter = Reporter(enabled=not args.quiet)
+    cache = RolloutCache(run.cache_path if run is not None else None)
+    num_items = args.num_items or config.eval.num_items
+    results = evaluate_skill(config, skill, args.split, num_items, cache, reporter)
+    if run is not None:
+        out = run.eval_dir / f"{Path(args.skill).stem}_{args.split}.json"
+        atomic_write_json(out, {"skill": str(args.skill), "split": args.split, **results})
+        reporter.note(f"written to {out}")
+    reporter.values(f"{args.skill} — {args.split}", results)
+    return 0
+
+
+def cmd_skills(args: argparse.Namespace) -> int:
+    return {"train": cmd_skills_train, "eval": cmd_skills_eval}[args.skills_command](args)
+
+
+COMMANDS = {"train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "skills": cmd_skills}
 
 
 def main(argv: list[str] | None = None) -> int:

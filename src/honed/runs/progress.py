@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from rich.console import Console
 from rich.progress import (
@@ -72,6 +72,19 @@ class Reporter:
             a, b = before.get(key), after.get(key)
             delta = "" if a is None or b is None else f"{b - a:+.3f}"
             table.add_row(key, _fmt(a), _fmt(b), delta)
+        self.console.print(table)
+
+    def table(self, title: str, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+        """A plain table: a header and rows of any printable cells (numbers right-aligned)."""
+        if not self.enabled:
+            return
+        table = Table(title=title)
+        first = rows[0] if rows else ()
+        for i, name in enumerate(header):
+            numeric = i < len(first) and isinstance(first[i], int | float)
+            table.add_column(name, justify="right" if numeric else "left")
+        for row in rows:
+            table.add_row(*(str(cell) for cell in row))
         self.console.print(table)
 
     def values(self, title: str, values: Mapping[str, float]) -> None:

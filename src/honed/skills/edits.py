@@ -91,8 +91,9 @@ class ParsedEdits:
     data: Any = None  # the decoded JSON value, for the other fields a reply carries
 
 
-def _decode(text: str) -> Any:
-    """JSON from an LLM reply: plain, inside a code fence, or repaired as a last resort."""
+def decode_json(text: str) -> Any:
+    """JSON from an LLM reply: plain, inside a code fence, or repaired as a last resort
+    (`None` when there is none); the rank and consolidation stages read their replies with it."""
     candidates = [text.strip()]
     fenced = _FENCE.search(text)
     if fenced:
@@ -135,7 +136,7 @@ def parse_edits(raw: Any) -> ParsedEdits:
     data = raw
     if isinstance(raw, str):
         try:
-            data = _decode(raw)
+            data = decode_json(raw)
         except Exception as exc:  # json_repair on hostile input: report, never crash
             return ParsedEdits([], [f"could not decode JSON from the reply: {exc}"])
         if data is None:

@@ -1,0 +1,170 @@
+"""The configuration of a skill-optimisation run (`honed skills train CONFIG`).
+
+Loaded with the same YAML + `-o dotted.key=value` machinery as the GRPO config
+(`honed.config.load_model`), so unknown keys are one-line errors naming the closest valid key.
+Environments are configured exactly as for GRPO (`honed.config.EnvConfig`); the two chat models
+are `honed.models.chat.ChatModelConfig`s.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from honed.config import EnvConfig, Strict, load_model
+from honed.errors import HonedError
+from honed.models.chat import ChatModelConfig
+from honed.skills.schedule import build_scheduler
+
+# `skill.init` is read as a file when it is one line ending in one of these.
+SKILL_FILE_SUFFIXES = (".md", ".markdown", ".txt")
+
+DEFAULT_PREAMBLE = (
+    "The skill document below holds guidance learned from earlier attempts at tasks like this "
+    "one. Follow it when you answer."
+)
+
+
+class SkillConfig(Strict):
+    """The skill document the run starts from, and how the target sees it.
+
+    `init` is a path when it is a single line ending in `.md`, `.markdown` or `.txt` (relative
+    to the working directory), and the skill text itself otherwise; empty means an empty skill.
+    The target's system prompt is `preamble`, a blank line, then the skill (no system prompt at
+    all while the skill is empty, so an empty skill measures the bare model).
+    """
+
+    init: str = ""
+    preamble: str = DEFAULT_PREAMBLE
+
+    def initial_text(self) -> str:
+        init = self.init
+        if "\n" not in init and init.strip().lower().endswith(SKILL_FILE_SUFFIXES):
+            path = Path(init.strip())
+            if not path.is_file():
+                raise HonedError(f"skill.init names a file that does not exist: {path}")
+            try:
+                return path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise HonedError(f"cannot read skill.init file {path}: {exc}") from exc
+        return init
+
+
+class TrainConfig(Strict):
+    """The outer loop: epochs of steps, each step a batch of training items.
+
+    A step draws `batch_size` items through the sampler; failures (hard score below 1) and,
+    unless `failure_only`, successes are cut into minibatches of `minibatch_size`, one
+    reflection call each. An epoch has `steps_per_epoch` steps (default: training items /
+    batch size, rounded up); `max_steps` caps the whole run. `merge` and `rank` choose how the
+    proposals are combined and ordered (see `honed.skills.merge`).
+    """
+
+    epochs: int = Field(2, ge=1)
+    batch_size: int = Field(16, ge=1)
+    minibatch_size: int = Field(8, ge=1)
+    failure_only: bool = False
+    steps_per_epoch: int | None = Field(None, ge=1)
+    max_steps: int | None = Field(None, ge=1)
+    merge: Literal["deterministic", "llm"] = "deterministic"
+    rank: Literal["llm", "deterministic"] = "llm"
+
+
+class ScheduleConfig(Strict):
+    """The edit budget per step (`honed.skills.schedule`); `total_steps` defaults to the run's
+    number of steps. `max_lr` also caps the edits any single reflection may propose."""
+
+    mode: Literal["constant", "linear", "cosine", "autonomous"] = "constant"
+    max_lr: int = Field(4, ge=1)
+    min_lr: int = Field(2, ge=1)
+    total_steps: int | None = Field(None, ge=1)
+    warmup_steps: int = Field(0, ge=0)
+
+
+class GateConfig(Strict):
+    """Which candidates become the current skill (`honed.skills.gate`).
+
+    The candidate is scored on the first `num_items` items of each environment's `split`
+    (`null`: all of them) and accepted only if its `mode` score beats the current skill's by
+    more than `min_delta` (0: strictly higher). `strict` compares the hard score, `soft` the
+    soft score, `mixed` `mixed_weight * hard + (1 - mixed_weight) * soft`. With `tie_break`,
+    an exact tie on the gate's score is broken by the other score (soft for `strict`, hard for
+    `soft`): the remedy for small selection splits, where the hard score moves in steps of
+    1/num_items and most candidates tie. `enabled: false` still scores every candidate but
+    accepts it whatever the result.
+    """
+
+    enabled: bool = True
+    mode: Literal["strict", "soft", "mixed"] = "strict"
+    split: Literal["train", "validation", "test"] = "validation"
+    num_items: int | None = Field(None, ge=1)
+    min_delta: float = Field(0.0, ge=0)
+    mixed_weight: float = Field(0.5, ge=0, le=1)
+    tie_break: bool = False
+
+
+class ConsolidationConfig(Strict):
+    """Epoch-end consolidation: the optimizer rewrites the protected region `region` from how
+    the skill changed over the epoch, judged on `num_items` training items rolled out with the
+    epoch's first and last skill. With `gated`, the rewritten skill must pass the gate."""
+
+    enabled: bool = False
+    region: str = Field("guidance", pattern=r"^[A-Za-z0-9_.-]+$")
+    num_items: int = Field(20, ge=1)
+    gated: bool = True
+
+
+class SkillEvalConfig(Strict):
+    """The held-out evaluation of the initial and the best skill at the end of a run."""
+
+    split: Literal["train", "validation", "test"] = "test"
+    num_items: int | None = Field(None, ge=1)
+
+
+class SkillsConfig(Strict):
+    seed: int = 0
+    run_dir: str | None = None
+    envs: list[EnvConfig]
+    target: ChatModelConfig
+    optimizer: ChatModelConfig
+    skill: SkillConfig = SkillConfig()
+    train: TrainConfig = TrainConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
+    gate: GateConfig = GateConfig()
+    consolidation: ConsolidationConfig = ConsolidationConfig()
+    eval: SkillEvalConfig = SkillEvalConfig()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SkillsConfig:
+        names = [e.name for e in self.envs]
+        if not names:
+            raise ValueError("at least one environment is needed under 'envs'")
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"environment names must be unique; repeated: {', '.join(dupes)}")
+        if sum(e.min_share for e in self.envs) > 1 + 1e-9:
+            raise ValueError("the environments' min_share values add up to more than 1")
+        s = self.schedule
+        try:  # the schedule's own checks, with its own messages
+            build_scheduler(s.mode, s.max_lr, s.min_lr, s.total_steps or 10**9, s.warmup_steps)
+        except ValueError as exc:
+            raise ValueError(f"schedule: {exc}") from None
+        return self
+
+    def total_steps(self, train_items: int) -> tuple[int, int]:
+        """(steps per epoch, steps in the run) for a training set of `train_items` items."""
+        per_epoch = self.train.steps_per_epoch or max(
+            1, math.ceil(train_items / self.train.batch_size)
+        )
+        total = per_epoch * self.train.epochs
+        if self.train.max_steps is not None:
+            total = min(total, self.train.max_steps)
+        return per_epoch, total
+
+
+def load_skills_config(path: str | Path | None, overrides: list[str] | None = None) -> SkillsConfig:
+    """Read a skills YAML config and apply `-o` overrides (see `honed.config.load_model`)."""
+    return load_model(SkillsConfig, path, overrides)

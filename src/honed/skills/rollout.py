@@ -1,0 +1,281 @@
+"""The target at work: answering items with a skill in its system prompt, scored by the env.
+
+Any single-turn honed environment works: the target's reply goes to the environment's own
+scorer (`score_batch`), whose `success` is the hard score and `reward` the soft one.
+
+Every rollout is cached under (skill hash, environment, item key), in memory and in a JSONL file
+in the run directory; the skill hash is prefixed by a fingerprint of what else shapes the answer
+(the target model, its sampling settings and the system-prompt preamble), so changing the target
+never serves stale answers. The gate scores the current skill on the same selection items at every
+step, evaluations repeat for the initial and best skill, and training batches repeat items, so
+the cache saves most target calls; being on disk, it also spares a resumed run from paying for
+them again. A cached answer is exact when the target samples greedily (`temperature: 0`, the
+default); with sampling, an item answered once with a skill keeps that answer for that skill.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from honed.envs.base import SingleTurnEnv
+from honed.errors import HonedError
+from honed.models.chat import ChatClient, ChatModelConfig, Messages
+from honed.runs.files import atomic_write_text
+from honed.skills.document import SkillDocument
+from honed.types import Item
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One answer of the target to one item with one skill, and its scores."""
+
+    env: str
+    item_key: str
+    prompt: str
+    reply: str
+    hard: float
+    soft: float
+    expected: str | None = None
+    kind: str | None = None
+    cached: bool = False
+
+    @property
+    def failed(self) -> bool:
+        """Not an exact success: what the failure reflections look at."""
+        return self.hard < 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Rollout:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+@dataclass(frozen=True)
+class Scores:
+    """A skill's scores on a set of items: means of hard and soft scores (over environments,
+    each environment's own mean counting once, so a large one does not drown a small one)."""
+
+    hard: float
+    soft: float
+    n: int
+
+    def to_dict(self) -> dict[str, float]:
+        return {"hard": self.hard, "soft": self.soft, "n": self.n}
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def aggregate(rollouts: Sequence[Rollout]) -> Scores:
+    by_env: dict[str, list[Rollout]] = defaultdict(list)
+    for r in rollouts:
+        by_env[r.env].append(r)
+    hard = _mean([_mean([r.hard for r in rs]) for rs in by_env.values()])
+    soft = _mean([_mean([r.soft for r in rs]) for rs in by_env.values()])
+    return Scores(hard, soft, len(rollouts))
+
+
+def metrics(rollouts: Sequence[Rollout]) -> dict[str, float]:
+    """`hard`, `soft`, then per environment and per kind: what evaluation tables show."""
+    scores = aggregate(rollouts)
+    out = {"hard": scores.hard, "soft": scores.soft}
+    groups: dict[str, list[Rollout]] = defaultdict(list)
+    for r in rollouts:
+        groups[r.env].append(r)
+        if r.kind is not None:
+            groups[f"{r.env}/{r.kind}"].append(r)
+    for name, rs in sorted(groups.items()):
+        out[f"{name}/hard"] = _mean([r.hard for r in rs])
+        out[f"{name}/soft"] = _mean([r.soft for r in rs])
+    return out
+
+
+def system_prompt(preamble: str, skill: SkillDocument) -> str | None:
+    """What the target's system prompt holds: the preamble and the skill; nothing when the
+    skill is empty, so that an empty skill measures the bare model."""
+    if not skill.text.strip():
+        return None
+    return f"{preamble.strip()}\n\n{skill.text.strip()}\n"
+
+
+class RolloutCache:
+    """Rollouts by (skill key, environment, item key), appended to a JSONL file as they come;
+    the skill key is the target fingerprint and the skill's hash (`TargetRunner.run`).
+
+    The file is a log, not a document: a crash can cut only its last line short, and loading
+    drops such a line (rewriting the file without it) instead of failing.
+    """
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = None if path is None else Path(path)
+        self._entries: dict[str, Rollout] = {}
+        self.hits = 0
+        self.misses = 0
+        if self.path is not None and self.path.is_file():
+            self._load(self.path)
+
+    @staticmethod
+    def key(skill_key: str, env: str, item_key: str) -> str:
+        return f"{skill_key}/{env}/{item_key}"
+
+    def _load(self, path: Path) -> None:
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        good = []
+        for line in lines:
+            try:
+                row = json.loads(line)
+                self._entries[row["key"]] = Rollout.from_dict(row["rollout"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            good.append(line)
+        if len(good) < len(lines) or (text and not text.endswith("\n")):
+            atomic_write_text(path, "".join(f"{line}\n" for line in good))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, skill_key: str, env: str, item_key: str) -> Rollout | None:
+        found = self._entries.get(self.key(skill_key, env, item_key))
+        if found is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return found
+
+    def put_many(self, skill_key: str, rollouts: Sequence[Rollout]) -> None:
+        lines = []
+        for r in rollouts:
+            key = self.key(skill_key, r.env, r.item_key)
+            self._entries[key] = r
+            lines.append(json.dumps({"key": key, "rollout": r.to_dict()}) + "\n")
+        if self.path is not None and lines:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8") as fh:
+                fh.write("".join(lines))
+                fh.flush()
+
+
+def check_single_turn(envs: Mapping[str, Any]) -> dict[str, SingleTurnEnv]:
+    """The environments, after checking each can be driven by a chat model (one prompt, one
+    reply, a scorer for replies)."""
+    for name, env in envs.items():
+        if not (
+            callable(getattr(env, "prompt", None)) and callable(getattr(env, "score_batch", None))
+        ):
+            raise HonedError(
+                f"environment '{name}' ({type(env).__name__}) is not single-turn: the skill loop "
+                "needs prompt(item) and score_batch(items, replies)"
+            )
+    return dict(envs)
+
+
+def target_fingerprint(config: ChatModelConfig, preamble: str) -> str:
+    """A short hash of everything but the skill that decides the target's answers (not the
+    server's address: the same model moved to another port answers the same)."""
+    fields = config.model_dump(include={"model", "temperature", "max_tokens", "extra_body"})
+    text = json.dumps({**fields, "preamble": preamble}, sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+class TargetRunner:
+    """Answers items with a skill through the target client, scores them, caches the result."""
+
+    def __init__(
+        self,
+        client: ChatClient,
+        envs: Mapping[str, SingleTurnEnv],
+        preamble: str,
+        cache: RolloutCache | None = None,
+    ) -> None:
+        self.client = client
+        self.envs = check_single_turn(envs)
+        self.preamble = preamble
+        self.cache = cache if cache is not None else RolloutCache()
+        self.fingerprint = target_fingerprint(client.config, preamble)
+
+    def messages(self, skill: SkillDocument, prompt: str) -> Messages:
+        system = system_prompt(self.preamble, skill)
+        head = [] if system is None else [{"role": "system", "content": system}]
+        return [*head, {"role": "user", "content": prompt}]
+
+    def run(self, skill: SkillDocument, items: Sequence[Item], stage: str) -> list[Rollout]:
+        """One rollout per item, in order; each distinct item is asked at most once per skill."""
+        digest = f"{self.fingerprint}-{skill.content_hash}"
+        known: dict[tuple[str, str], Rollout] = {}
+        todo: dict[tuple[str, str], Item] = {}
+        for item in items:
+            ident = (item.env, item.key)
+            if ident in known or ident in todo:
+                continue
+            hit = self.cache.get(digest, item.env, item.key)
+            if hit is None:
+                todo[ident] = item
+            else:
+                known[ident] = replace(hit, cached=True)
+        fresh = self._answer(skill, list(todo.values()), stage)
+        self.cache.put_many(digest, fresh)
+        known.update(((r.env, r.item_key), r) for r in fresh)
+        return [known[(item.env, item.key)] for item in items]
+
+    def _answer(self, skill: SkillDocument, items: list[Item], stage: str) -> list[Rollout]:
+        if not items:
+            return []
+        prompts = [self.envs[item.env].prompt(item) for item in items]
+        replies = self.client.chat_many([self.messages(skill, p) for p in prompts], stage=stage)
+        by_env: dict[str, list[int]] = defaultdict(list)
+        for i, item in enumerate(items):
+            by_env[item.env].append(i)
+        out: list[Rollout | None] = [None] * len(items)
+        for name, indices in by_env.items():
+            env = self.envs[name]
+            scores = env.score_batch([items[i] for i in indices], [replies[i] for i in indices])
+            for i, score in zip(indices, scores, strict=True):
+                item = items[i]
+                hard, soft = float(score.success), float(score.reward)
+                if not (math.isfinite(hard) and math.isfinite(soft)):
+                    raise HonedError(
+                        f"environment '{name}' returned a non-finite score (success {hard}, "
+                        f"reward {soft}) for item '{item.key}'"
+                    )
+                out[i] = Rollout(
+                    env=name,
+                    item_key=item.key,
+                    prompt=prompts[i],
+                    reply=replies[i],
+                    hard=hard,
+                    soft=soft,
+                    expected=env.reference(item),
+                    kind=_kind(env, item),
+                )
+        return [r for r in out if r is not None]
+
+
+def _kind(env: SingleTurnEnv, item: Item) -> str | None:
+    """A label to report scores by: the environment's item kind if it has one, else the level."""
+    item_kind = getattr(env, "item_kind", None)
+    if callable(item_kind):
+        return item_kind(item)
+    return None if item.level is None else f"level_{item.level}"
+
+
+def evaluation_items(
+    envs: Mapping[str, SingleTurnEnv], split: str, num_items: int | None
+) -> list[Item]:
+    """The first `num_items` items of each environment's split (all with `None`): a fixed
+    selection, so every skill is measured on the same items and cache hits are possible."""
+    items: list[Item] = []
+    for env in envs.values():
+        chosen = list(env.items(split))
+        items += chosen if num_items is None else chosen[:num_items]
+    return items

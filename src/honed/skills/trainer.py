@@ -1,0 +1,514 @@
+"""The skill trainer: the only place that knows the order of a skill-optimisation step.
+
+    budget = schedule.step()
+    sample items ─▶ target answers with the current skill ─▶ env scores (hard, soft)
+        ─▶ failures / successes in minibatches ─▶ optimizer reflects on each (+ step buffer)
+        ─▶ merge (dedupe, optional LLM merge) ─▶ rank ─▶ keep the top k ≤ budget
+        ─▶ apply ─▶ candidate ─▶ gate on the selection split ─▶ accept, or remember the rejection
+
+At an epoch's end: optional consolidation of the protected guidance region, and the step buffer
+is cleared. The best skill by selection score is kept in `best_skill.md`; at the end the initial
+and best skills are evaluated on the held-out split and `summary.json` is written.
+
+Everything with state (scheduler, sampler, step buffer, token counts, skill versions, scores)
+is saved in `state.json` after every step, and target answers are cached on disk by skill
+hash, so `--resume` continues after the last finished step, spends nothing twice, and ends with
+the same skills as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from honed.config import dump_config
+from honed.envs.base import SingleTurnEnv
+from honed.envs.registry import build_env
+from honed.errors import HonedError
+from honed.models.chat import ChatClient, UsageMeter
+from honed.runs.files import atomic_write_dir, atomic_write_json, atomic_write_text
+from honed.runs.progress import Reporter
+from honed.sampling.sampler import Sampler
+from honed.skills.config import SkillsConfig
+from honed.skills.consolidate import propose
+from honed.skills.document import SkillDocument, SkillFormatError
+from honed.skills.gate import Gate, GateDecision
+from honed.skills.merge import MergeResult, dedupe, llm_merge, rank
+from honed.skills.reflect import StepBuffer, minibatches, reflect
+from honed.skills.rollout import (
+    Rollout,
+    RolloutCache,
+    Scores,
+    TargetRunner,
+    aggregate,
+    check_single_turn,
+    evaluation_items,
+    metrics,
+)
+from honed.skills.rundir import SkillRunDir
+from honed.skills.schedule import build_scheduler
+from honed.types import Group, Trajectory, derive_seed
+
+log = logging.getLogger(__name__)
+
+STATE_FORMAT = 1
+
+
+def build_skill_envs(config: SkillsConfig) -> dict[str, SingleTurnEnv]:
+    """The configured environments (seeded as the GRPO trainer seeds them), all single-turn."""
+    return check_single_turn(
+        {
+            e.name: build_env(
+                e.env_type, e.name, derive_seed(config.seed, "env", e.name) % 2**31, e.args
+            )
+            for e in config.envs
+        }
+    )
+
+
+def _groups(rollouts: list[Rollout], items: Mapping[tuple[str, str], Any]) -> list[Group]:
+    """Rollouts as one-trajectory groups: what the sampler's curriculum learns from."""
+    return [
+        Group(
+            r.env,
+            r.item_key,
+            [Trajectory([], r.soft, r.hard, prompt_text=r.prompt, completion_text=r.reply)],
+            level=items[(r.env, r.item_key)].level,
+        )
+        for r in rollouts
+    ]
+
+
+def _changed_items(before: list[Rollout], after: list[Rollout]) -> list[dict[str, Any]]:
+    return [
+        {"env": a.env, "item": a.item_key, "before": [b.hard, b.soft], "after": [a.hard, a.soft]}
+        for b, a in zip(before, after, strict=True)
+        if (b.hard, b.soft) != (a.hard, a.soft)
+    ]
+
+
+class SkillTrainer:
+    def __init__(
+        self, config: SkillsConfig, run: SkillRunDir, reporter: Reporter | None = None
+    ) -> None:
+        self.config = config
+        self.run = run
+        self.reporter = reporter or Reporter(enabled=False)
+        self.envs = build_skill_envs(config)
+        self.usage = UsageMeter()
+        self.target = ChatClient(config.target, self.usage)
+        self.optimizer = ChatClient(config.optimizer, self.usage)
+        try:
+            self.sampler = Sampler(
+                self.envs,
+                {e.name: e.weight for e in config.envs},
+                {e.name: e.min_share for e in config.envs},
+                seed=derive_seed(config.seed, "sampler") % 2**31,
+            )
+        except ValueError as exc:
+            raise HonedError(str(exc)) from None
+        train_items = sum(len(env.items("train")) for env in self.envs.values())
+        self.steps_per_epoch, self.total_steps = config.total_steps(train_items)
+        s = config.schedule
+        try:
+            self.scheduler = build_scheduler(
+                s.mode, s.max_lr, s.min_lr, s.total_steps or self.total_steps, s.warmup_steps
+            )
+        except ValueError as exc:
+            raise HonedError(f"schedule: {exc}") from None
+        self.gate = Gate(config.gate)
+        self.gate_items = evaluation_items(self.envs, config.gate.split, config.gate.num_items)
+        if not self.gate_items:
+            raise HonedError(
+                f"the gate has no items: no environment has a '{config.gate.split}' split; give "
+                "the environments one (e.g. validation_fraction) or set gate.split"
+            )
+        self.buffer = StepBuffer()
+        self.step = 0
+        self.epochs_closed = 0
+        self.history: list[dict[str, Any]] = []
+        self.versions: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------ set-up
+
+    def preflight(self) -> None:
+        """Fail before any work if either chat server is unreachable or misconfigured."""
+        self.target.check()
+        self.optimizer.check()
+
+    def close(self) -> None:
+        self.target.close()
+        self.optimizer.close()
+
+    def setup(self, resume: bool) -> None:
+        self.run.create()
+        state = self.run.read_state() if resume else None
+        if resume and state is None:
+            self.reporter.note(f"nothing to resume in {self.run.path}: starting a new run")
+        if state is None:
+            self.run.discard_progress()
+        self.run.write_config(dump_config(self.config))
+        self.cache = RolloutCache(self.run.cache_path)
+        self.runner = TargetRunner(self.target, self.envs, self.config.skill.preamble, self.cache)
+        note = self.gate.resolution_note(len(self.gate_items))
+        if note:
+            self.reporter.note(note)
+        if state is not None:
+            self.load_state_dict(state)
+            self.run.discard_after(self.step, len(self.versions), self.epochs_closed)
+            self.current = self.run.skills.load(self.current_version)
+            atomic_write_text(self.run.best_path, self.run.skills.load(self.best_version).text)
+            self.reporter.note(f"resumed {self.run.path} after step {self.step}")
+            return
+        try:
+            initial = SkillDocument(self.config.skill.initial_text())
+        except SkillFormatError as exc:
+            raise HonedError(f"skill.init: {exc}") from None
+        with self.reporter.status("scoring the initial skill on the selection split"):
+            scores, _ = self.score(initial, "gate")
+        self.current = initial
+        self.initial_scores = self.current_scores = self.best_scores = scores
+        self._save_version(initial, scores, step=0, source="initial")
+        self.current_version = self.best_version = self.epoch_start_version = 1
+        atomic_write_text(self.run.best_path, initial.text)
+        self.save_state()
+
+    def score(self, skill: SkillDocument, stage: str) -> tuple[Scores, list[Rollout]]:
+        """The skill's scores on the gate's selection items (cached by skill hash)."""
+        rollouts = self.runner.run(skill, self.gate_items, stage)
+        return aggregate(rollouts), rollouts
+
+    # ------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "format": STATE_FORMAT,
+            "step": self.step,
+            "epochs_closed": self.epochs_closed,
+            "current_version": self.current_version,
+            "best_version": self.best_version,
+            "epoch_start_version": self.epoch_start_version,
+            "initial_scores": self.initial_scores.to_dict(),
+            "current_scores": self.current_scores.to_dict(),
+            "best_scores": self.best_scores.to_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "sampler": self.sampler.state_dict(),
+            "buffer": self.buffer.state_dict(),
+            "usage": self.usage.state_dict(),
+            "history": self.history,
+            "versions": self.versions,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("format") != STATE_FORMAT:
+            raise HonedError(
+                f"{self.run.state_path} has state format {state.get('format')!r}, this honed "
+                f"writes {STATE_FORMAT}; start a new run"
+            )
+        self.step = state["step"]
+        self.epochs_closed = state["epochs_closed"]
+        self.current_version = state["current_version"]
+        self.best_version = state["best_version"]
+        self.epoch_start_version = state["epoch_start_version"]
+        self.initial_scores = Scores(**state["initial_scores"])
+        self.current_scores = Scores(**state["current_scores"])
+        self.best_scores = Scores(**state["best_scores"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.buffer.load_state_dict(state["buffer"])
+        self.usage.load_state_dict(state["usage"])
+        self.history = list(state["history"])
+        self.versions = list(state["versions"])
+
+    def save_state(self) -> None:
+        self.run.write_state(self.state_dict())
+
+    # ------------------------------------------------------------------ skills
+
+    def _save_version(self, doc: SkillDocument, scores: Scores, step: int, source: str) -> int:
+        saved = self.run.skills.save(doc)
+        self.versions.append(
+            {
+                "version": saved.number,
+                "step": step,
+                "source": source,
+                "hash": saved.content_hash,
+                "scores": scores.to_dict(),
+                "metric": self.gate.metric(scores),
+            }
+        )
+        return saved.number
+
+    def _adopt(self, doc: SkillDocument, scores: Scores, step: int, source: str) -> None:
+        """Make an accepted candidate the current skill, and the best one if it beats it."""
+        self.current = doc
+        self.current_scores = scores
+        self.current_version = self._save_version(doc, scores, step, source)
+        if self.gate.compare(self.best_scores, scores)[0]:
+            self.best_scores = scores
+            self.best_version = self.current_version
+            atomic_write_text(self.run.best_path, doc.text)
+
+    # ------------------------------------------------------------------ one step
+
+    def train_step(self) -> dict[str, Any]:
+        cfg = self.config
+        step = self.step + 1
+        budget = self.scheduler.step()
+        items = self.sampler.next_items(cfg.train.batch_size)
+        rollouts = self.runner.run(self.current, items, "rollout")
+        self.sampler.observe(_groups(rollouts, {(i.env, i.key): i for i in items}))
+
+        rng = random.Random(derive_seed(cfg.seed, "minibatches", step))
+        batches = minibatches(rollouts, cfg.train.minibatch_size, cfg.train.failure_only, rng)
+        reflections = reflect(
+            self.optimizer, self.current, batches, self.buffer, self.scheduler.max_lr
+        )
+        pool = dedupe(reflections)
+        merged = (
+            llm_merge(self.optimizer, self.current, pool)
+            if cfg.train.merge == "llm"
+            else MergeResult(pool, "deterministic")
+        )
+        ranking = rank(
+            self.optimizer,
+            self.current,
+            merged.pool,
+            budget,
+            self.scheduler.is_autonomous,
+            cfg.train.rank == "llm",
+        )
+        for what, method, problems in (
+            ("merge", merged.method, merged.problems),
+            ("ranking", ranking.method, ranking.problems),
+        ):
+            if "failed" in method:
+                log.warning("step %d: %s fell back to %s: %s", step, what, method, problems)
+        kept = [entry.edit for entry in ranking.kept]
+        candidate, report = self.current.apply_edits(kept)
+        if len(kept) > budget or report.applied > budget:
+            raise RuntimeError(
+                f"step {step} would apply {report.applied} of {len(kept)} kept edits over a "
+                f"budget of {budget}"
+            )
+
+        before_scores, before_rollouts = self.score(self.current, "gate")  # cached
+        decision: GateDecision | None = None
+        changed: list[dict[str, Any]] = []
+        if candidate == self.current:
+            outcome = "unchanged"
+            reason = "no edit was applied" if not report.applied else "the edits changed nothing"
+        else:
+            after_scores, after_rollouts = self.score(candidate, "gate")
+            decision = self.gate.decide(before_scores, after_scores)
+            changed = _changed_items(before_rollouts, after_rollouts)
+            reason = decision.reason
+            if decision.accepted:
+                outcome = "accepted"
+                self._adopt(candidate, after_scores, step, "step")
+            else:
+                outcome = "rejected"
+                self.buffer.add_rejected(
+                    step, kept, decision.metric_before, decision.metric_after, reason
+                )
+        self.buffer.add_patterns(step, reflections)
+
+        batch = aggregate(rollouts)
+        record = {
+            "step": step,
+            "epoch": self._epoch_of(step),
+            "budget": budget,
+            "autonomous": self.scheduler.is_autonomous,
+            "proposed": sum(len(r.edits) for r in reflections),
+            "pool": len(merged.pool),
+            "kept": len(kept),
+            "applied": report.applied,
+            "skipped": report.skipped,
+            "outcome": outcome,
+            "reason": reason,
+            "version": self.current_version,
+            "metric_before": self.gate.metric(before_scores),
+            "metric_after": None if decision is None else decision.metric_after,
+            "train_hard": batch.hard,
+            "train_soft": batch.soft,
+            "minibatches": len(batches),
+            "merge": merged.method,
+            "rank": ranking.method,
+        }
+        gate_record = {
+            "outcome": outcome,
+            "reason": reason,
+            "split": cfg.gate.split,
+            "items": len(self.gate_items),
+            "decision": None if decision is None else decision.to_dict(),
+            "items_changed": changed,
+        }
+
+        def fill(tmp: Path) -> None:
+            atomic_write_json(tmp / "rollouts.json", [r.to_dict() for r in rollouts])
+            atomic_write_json(tmp / "proposed_edits.json", [r.to_dict() for r in reflections])
+            atomic_write_json(tmp / "merged_edits.json", merged.to_dict())
+            atomic_write_json(tmp / "ranked_edits.json", {"budget": budget, **ranking.to_dict()})
+            atomic_write_text(tmp / "candidate_skill.md", candidate.text)
+            atomic_write_json(tmp / "apply_report.json", report.to_dict())
+            atomic_write_json(tmp / "gate.json", gate_record)
+            atomic_write_json(tmp / "step.json", record)
+
+        atomic_write_dir(self.run.step_dir(step), fill)
+        self.history.append(record)
+        self.step = step
+        self.save_state()
+        return record
+
+    # ------------------------------------------------------------------ epochs
+
+    def _epoch_of(self, step: int) -> int:
+        return (step - 1) // self.steps_per_epoch + 1
+
+    def _epoch_ends_now(self) -> bool:
+        if self.step == 0:
+            return False
+        at_boundary = self.step % self.steps_per_epoch == 0 or self.step == self.total_steps
+        return at_boundary and self.epochs_closed < self._epoch_of(self.step)
+
+    def close_epoch(self) -> None:
+        epoch = self._epoch_of(self.step)
+        if self.config.consolidation.enabled:
+            self.consolidate(epoch)
+        self.buffer.clear()
+        self.epochs_closed = epoch
+        self.epoch_start_version = self.current_version
+        self.save_state()
+
+    def consolidate(self, epoch: int) -> None:
+        cfg = self.config.consolidation
+        pool = [item for env in self.envs.values() for item in env.items("train")]
+        rng = random.Random(derive_seed(self.config.seed, "consolidate", epoch))
+        items = rng.sample(pool, min(cfg.num_items, len(pool)))
+        start = self.run.skills.load(self.epoch_start_version)
+        before = self.runner.run(start, items, "consolidate")
+        after = self.runner.run(self.current, items, "consolidate")
+        result = propose(self.optimizer, self.current, cfg.region, before, after)
+        record: dict[str, Any] = {"epoch": epoch, **result.to_dict()}
+        candidate = result.candidate
+        if candidate is None or candidate == self.current:
+            record["outcome"] = "unchanged"
+        else:
+            after_scores, _ = self.score(candidate, "gate")
+            if cfg.gated:
+                decision = self.gate.decide(self.current_scores, after_scores)
+                record["decision"] = decision.to_dict()
+                accepted = decision.accepted
+            else:
+                accepted = True
+                record["scores"] = after_scores.to_dict()
+            record["outcome"] = "accepted" if accepted else "rejected"
+            if accepted:
+                self._adopt(candidate, after_scores, self.step, "consolidation")
+        record["version"] = self.current_version
+
+        def fill(tmp: Path) -> None:
+            atomic_write_json(tmp / "consolidation.json", record)
+            if candidate is not None:
+                atomic_write_text(tmp / "candidate_skill.md", candidate.text)
+
+        atomic_write_dir(self.run.consolidation_dir(epoch), fill)
+
+    # ------------------------------------------------------------------ the loop
+
+    def train(self, resume: bool = False) -> dict[str, Any]:
+        started = time.perf_counter()
+        self.setup(resume)
+        if self._epoch_ends_now():  # a resumed run that stopped right at an epoch's end
+            self.close_epoch()
+        with self.reporter.task("skill steps", self.total_steps, start=self.step) as advance:
+            while self.step < self.total_steps:
+                record = self.train_step()
+                if self._epoch_ends_now():
+                    self.close_epoch()
+                advance(
+                    f"v{self.current_version:04d} {record['outcome']}  "
+                    f"selection {self.gate.metric(self.current_scores):.3f}"
+                )
+        summary = self.summary(time.perf_counter() - started)
+        self.run.write_summary(summary)
+        return summary
+
+    def evaluate(self, skill: SkillDocument) -> dict[str, float]:
+        ev = self.config.eval
+        items = evaluation_items(self.envs, ev.split, ev.num_items)
+        return metrics(self.runner.run(skill, items, "eval"))
+
+    def summary(self, seconds: float) -> dict[str, Any]:
+        store = self.run.skills
+        with self.reporter.status(
+            f"evaluating the initial and best skills on {self.config.eval.split}"
+        ):
+            held_out = {
+                "initial": self.evaluate(store.load(1)),
+                "best": self.evaluate(store.load(self.best_version)),
+            }
+            if self.current_version != self.best_version:
+                held_out["final"] = self.evaluate(self.current)
+        by_outcome: dict[str, list[int]] = {"accepted": [], "rejected": [], "unchanged": []}
+        for record in self.history:
+            by_outcome[record["outcome"]].append(record["step"])
+        return {
+            "steps": self.step,
+            "epochs": self.epochs_closed,
+            "steps_per_epoch": self.steps_per_epoch,
+            "accepted_steps": by_outcome["accepted"],
+            "rejected_steps": by_outcome["rejected"],
+            "unchanged_steps": by_outcome["unchanged"],
+            "budget_per_step": [r["budget"] for r in self.history],
+            "applied_per_step": [r["applied"] for r in self.history],
+            "gate": {
+                "mode": self.config.gate.mode,
+                "split": self.config.gate.split,
+                "items": len(self.gate_items),
+            },
+            "selection": {
+                "initial": self.initial_scores.to_dict(),
+                "best": self.best_scores.to_dict(),
+                "final": self.current_scores.to_dict(),
+            },
+            "versions": self.versions,
+            "best_version": self.best_version,
+            "final_version": self.current_version,
+            "best_skill": str(self.run.best_path),
+            "eval_split": self.config.eval.split,
+            "eval": held_out,
+            "tokens": self.usage.usage(),
+            "cache": {
+                "entries": len(self.cache),
+                "hits": self.cache.hits,
+                "misses": self.cache.misses,
+            },
+            "seconds": round(seconds, 1),
+        }
+
+
+def evaluate_skill(
+    config: SkillsConfig,
+    skill: SkillDocument,
+    split: str,
+    num_items: int | None,
+    cache: RolloutCache,
+    reporter: Reporter | None = None,
+) -> dict[str, float]:
+    """`honed skills eval`: the skill's scores on a split, per environment and kind. Checks the
+    target server first; answers already in `cache` (a run's) cost nothing."""
+    reporter = reporter or Reporter(enabled=False)
+    envs = build_skill_envs(config)
+    with ChatClient(config.target) as client:
+        client.check()
+        runner = TargetRunner(client, envs, config.skill.preamble, cache)
+        items = evaluation_items(envs, split, num_items)
+        if not items:
+            raise HonedError(f"no environment has items in the '{split}' split")
+        with reporter.status(f"evaluating on {len(items)} {split} items"):
+            return metrics(runner.run(skill, items, "eval"))

@@ -1,0 +1,139 @@
+"""Merging and ranking proposals: support counts, the LLM paths, and their fallbacks."""
+
+from __future__ import annotations
+
+import json
+
+from honed.errors import HonedError
+from honed.skills.document import SkillDocument
+from honed.skills.edits import Edit
+from honed.skills.merge import dedupe, deterministic_order, llm_merge, rank
+from honed.skills.reflect import FAILURE, SUCCESS, Reflection
+
+SKILL = SkillDocument("# Skill\n\n- Be brief.\n")
+
+
+class StubOptimizer:
+    """Stands in for a ChatClient: replies with a fixed text (or raises) and keeps prompts."""
+
+    def __init__(self, reply: str | Exception) -> None:
+        self.reply = reply
+        self.prompts: list[str] = []
+
+    def chat(self, messages, stage="default", **params):
+        self.prompts.append(messages[-1]["content"])
+        if isinstance(self.reply, Exception):
+            raise self.reply
+        return self.reply
+
+
+def append(text: str) -> Edit:
+    return Edit("append", "", text)
+
+
+def reflection(source: str, *edits: Edit) -> Reflection:
+    return Reflection(source, [], "", list(edits), [], "")
+
+
+def pool_of_four():
+    return dedupe(
+        [
+            reflection(FAILURE, append("- Rule A"), append("- Rule B")),
+            reflection(SUCCESS, append("- Rule C"), append("- rule   a")),
+            reflection(FAILURE, append("- Rule D"), append("- Rule A")),
+        ]
+    )
+
+
+def test_dedupe_counts_support_by_source_ignoring_case_and_spacing():
+    pool = pool_of_four()
+    assert [p.edit.content for p in pool] == ["- Rule A", "- Rule B", "- Rule C", "- Rule D"]
+    a = pool[0]
+    assert (a.support_count, a.from_failures, a.from_successes) == (3, 2, 1)
+    assert a.to_dict()["support_count"] == 3
+
+
+def test_a_minibatch_repeating_an_edit_is_not_extra_support():
+    pool = dedupe([reflection(FAILURE, append("- X"), append("- X"))])
+    assert len(pool) == 1 and pool[0].support_count == 1
+
+
+def test_deterministic_order_prefers_support_then_failures_then_first_seen():
+    order = [p.edit.content for p in deterministic_order(pool_of_four())]
+    # A has 3 supporters; B and D one failure each (B first seen); C one success.
+    assert order == ["- Rule A", "- Rule B", "- Rule D", "- Rule C"]
+
+
+def test_llm_ranking_is_used_and_missing_ids_follow_in_support_order():
+    optimizer = StubOptimizer(json.dumps({"ranking": [4, "3", 99, 4]}))
+    ranking = rank(optimizer, SKILL, pool_of_four(), budget=2, autonomous=False, use_llm=True)
+    assert ranking.method == "llm"
+    assert [p.edit.content for p in ranking.order] == [
+        "- Rule D",
+        "- Rule C",
+        "- Rule A",
+        "- Rule B",
+    ]
+    assert [p.edit.content for p in ranking.kept] == ["- Rule D", "- Rule C"]
+    assert "left out 2" in ranking.problems[0]
+    assert "Only the first 2 will be applied" in optimizer.prompts[0]
+
+
+def test_ranking_falls_back_when_the_reply_is_garbage_or_the_call_fails():
+    for reply in ("I like them all!", HonedError("HTTP 500 after 4 attempts")):
+        ranking = rank(StubOptimizer(reply), SKILL, pool_of_four(), 2, False, True)
+        assert ranking.method.startswith("deterministic (")
+        assert [p.edit.content for p in ranking.kept] == ["- Rule A", "- Rule B"]
+    failed = rank(StubOptimizer(HonedError("boom")), SKILL, pool_of_four(), 2, False, True)
+    assert failed.problems == ["boom"]  # recorded, not swallowed
+
+
+def test_no_llm_call_when_the_budget_covers_the_pool_or_ranking_is_deterministic():
+    optimizer = StubOptimizer("unused")
+    assert rank(optimizer, SKILL, pool_of_four(), 4, False, True).keep == 4
+    assert rank(optimizer, SKILL, pool_of_four(), 2, False, False).method == "deterministic"
+    assert optimizer.prompts == []
+    assert rank(optimizer, SKILL, [], 3, True, True).keep == 0
+
+
+def test_autonomous_keep_is_chosen_by_the_optimizer_and_clamped_to_the_pool():
+    def keep(reply):
+        return rank(StubOptimizer(reply), SKILL, pool_of_four(), 999, True, True).keep
+
+    assert keep(json.dumps({"ranking": [1, 2, 3, 4], "keep": 2})) == 2
+    assert keep(json.dumps({"ranking": [1, 2, 3, 4], "keep": 40})) == 4
+    assert keep(json.dumps({"ranking": [1, 2, 3, 4], "keep": 0})) == 1
+    assert keep(json.dumps({"ranking": [2, 1]})) == 4  # no usable keep: the whole pool
+    assert keep("no json") == 4
+
+
+def test_llm_merge_sums_support_of_its_sources_and_never_grows_the_pool():
+    pool = pool_of_four()
+    reply = json.dumps(
+        {
+            "edits": [
+                {"op": "append", "content": "- Rules A and D", "sources": [1, 4]},
+                {"op": "append", "content": "- Rule B", "sources": [2]},
+                {"op": "explode"},
+            ]
+        }
+    )
+    merged = llm_merge(StubOptimizer(reply), SKILL, pool)
+    assert merged.method == "llm"
+    assert [(p.edit.content, p.support_count, p.from_failures) for p in merged.pool] == [
+        ("- Rules A and D", 4, 3),
+        ("- Rule B", 1, 1),
+    ]
+    assert any("unknown op" in problem for problem in merged.problems)
+    assert "sources" not in merged.pool[0].to_dict()
+
+    too_many = json.dumps([{"op": "append", "content": f"- {i}"} for i in range(9)])
+    assert len(llm_merge(StubOptimizer(too_many), SKILL, pool).pool) == 4
+
+
+def test_llm_merge_keeps_the_deterministic_pool_when_it_fails():
+    pool = pool_of_four()
+    for reply in ("sorry, no", HonedError("connection refused")):
+        merged = llm_merge(StubOptimizer(reply), SKILL, pool)
+        assert merged.method == "deterministic (llm merge failed)"
+        assert merged.pool == pool and merged.problems

@@ -1,0 +1,72 @@
+"""Loading skills configs: YAML + overrides, one-line errors, the initial skill, step counts."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from honed.config import load_config
+from honed.errors import HonedError
+from honed.skills.config import load_skills_config
+
+CHAT = {"base_url": "http://127.0.0.1:8000/v1/", "model": "m"}
+
+
+def write(tmp_path, **extra):
+    data = {"envs": [{"name": "addition"}], "target": CHAT, "optimizer": CHAT, **extra}
+    path = tmp_path / "skills.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_defaults_and_overrides(tmp_path):
+    config = load_skills_config(
+        write(tmp_path), ["schedule.mode=cosine", "gate.num_items=30", "train.failure_only=true"]
+    )
+    assert config.schedule.mode == "cosine" and config.gate.num_items == 30
+    assert config.train.failure_only and config.gate.mode == "strict"
+    assert config.target.base_url == "http://127.0.0.1:8000/v1"
+    assert config.gate.split == "validation" and config.eval.split == "test"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["gate.mdoe=soft"], "unknown config key 'gate.mdoe' (did you mean 'gate.mode'?)"),
+        (["target.modle=x"], "unknown config key 'target.modle' (did you mean 'target.model'?)"),
+        (["gate.mode=lenient"], "invalid value for 'gate.mode'"),
+        (["schedule.min_lr=9"], "schedule: min_lr (9) must not exceed max_lr (4)"),
+        (["schedule.mode=autonomous", "schedule.warmup_steps=2"], "schedule: warmup_steps"),
+    ],
+)
+def test_errors_are_one_line_and_name_the_key(tmp_path, overrides, message):
+    with pytest.raises(HonedError) as info:
+        load_skills_config(write(tmp_path), overrides)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_the_grpo_loader_is_unchanged(tmp_path):
+    assert load_config(None, ["trainer.max_steps=3"]).trainer.max_steps == 3
+    with pytest.raises(HonedError, match=r"'trainer.max_stpes' \(did you mean 'trainer.max_steps'"):
+        load_config(None, ["trainer.max_stpes=3"])
+
+
+def test_skill_init_is_a_file_or_inline_text(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "start.md").write_text("# From a file\n")
+    assert load_skills_config(write(tmp_path, skill={"init": "start.md"})).skill.initial_text() == (
+        "# From a file\n"
+    )
+    inline = load_skills_config(write(tmp_path, skill={"init": "Answer with a number.md\nmore"}))
+    assert inline.skill.initial_text() == "Answer with a number.md\nmore"
+    assert load_skills_config(write(tmp_path)).skill.initial_text() == ""
+    missing = load_skills_config(write(tmp_path, skill={"init": "nope.md"}))
+    with pytest.raises(HonedError, match=r"skill\.init names a file that does not exist: nope\.md"):
+        missing.skill.initial_text()
+
+
+def test_steps_per_epoch_and_max_steps(tmp_path):
+    config = load_skills_config(write(tmp_path, train={"batch_size": 16, "epochs": 3}))
+    assert config.total_steps(100) == (7, 21)
+    capped = load_skills_config(write(tmp_path, train={"max_steps": 5, "steps_per_epoch": 4}))
+    assert capped.total_steps(100) == (4, 5)

@@ -1,0 +1,155 @@
+"""`honed skills train` end to end against a local OpenAI-compatible server playing both roles
+(see `skill_world.py`): the selection score rises, budgets hold, the harmful edit is rejected,
+a crashed and resumed run ends where an uninterrupted one does, and bad servers stop the run
+before any work."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+from openai_server import FakeOpenAIServer
+from skill_world import HARMFUL, INITIAL_SKILL, World, write_config
+
+from honed.cli import main
+from honed.skills.schedule import build_scheduler
+
+
+@pytest.fixture(scope="module")
+def world():
+    with pytest.MonkeyPatch.context() as mp:  # a CI proxy must not see the local server
+        mp.setenv("NO_PROXY", "127.0.0.1,localhost")
+        mp.setenv("no_proxy", "127.0.0.1,localhost")
+        w = World()
+        with FakeOpenAIServer(w, models=("target", "optimizer")) as server:
+            yield w, server
+
+
+def train(config: Path, run: Path, *flags: str) -> int:
+    return main(["skills", "train", str(config), "--run-dir", str(run), "--quiet", *flags])
+
+
+@pytest.fixture(scope="module")
+def full_run(world, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("full")
+    config = write_config(folder, world[1].base_url)
+    assert train(config, folder / "run") == 0
+    return folder / "run"
+
+
+def read(path: Path):
+    return json.loads(path.read_text())
+
+
+def steps(run: Path) -> list[Path]:
+    return sorted((run / "steps").iterdir())
+
+
+def test_the_selection_score_rises_and_the_best_skill_is_kept(full_run):
+    summary = read(full_run / "summary.json")
+    selection = summary["selection"]
+    assert selection["initial"]["hard"] == pytest.approx(1 / 6)  # only the alpha rule
+    assert selection["best"]["hard"] == 1.0 > selection["initial"]["hard"]
+    assert summary["eval"]["best"]["hard"] > summary["eval"]["initial"]["hard"]
+    assert summary["accepted_steps"] and summary["rejected_steps"]
+    best = (full_run / "best_skill.md").read_text()
+    assert best == (full_run / "skills" / f"v{summary['best_version']:04d}.md").read_text()
+    assert (full_run / "skills" / "v0001.md").read_text() == INITIAL_SKILL
+    assert {"rollout", "gate", "reflect", "rank", "eval", "consolidate"} <= set(summary["tokens"])
+    assert summary["tokens"]["reflect"]["prompt_tokens"] > 0
+    # Versions' scores never fall under a strict gate.
+    metrics = [v["metric"] for v in summary["versions"]]
+    assert metrics == sorted(metrics)
+
+
+def test_edits_applied_per_step_never_exceed_the_budget(full_run):
+    schedule = build_scheduler("linear", max_lr=2, min_lr=1, total_steps=6)
+    expected = [schedule.step() for _ in range(6)]
+    summary = read(full_run / "summary.json")
+    assert summary["budget_per_step"] == expected == [2, 2, 2, 1, 1, 1]
+    capped = 0
+    for step_dir, budget in zip(steps(full_run), expected, strict=True):
+        record = read(step_dir / "step.json")
+        report = read(step_dir / "apply_report.json")
+        ranked = read(step_dir / "ranked_edits.json")
+        assert record["budget"] == ranked["budget"] == budget
+        assert report["applied"] == record["applied"] <= record["kept"] <= budget
+        capped += record["pool"] > budget
+        for name in ("rollouts.json", "proposed_edits.json", "merged_edits.json", "gate.json"):
+            assert (step_dir / name).is_file()
+        assert (step_dir / "candidate_skill.md").is_file()
+    assert capped  # the budget, not the pool, limited some step
+    assert summary["applied_per_step"] == [
+        read(d / "step.json")["applied"] for d in steps(full_run)
+    ]
+
+
+def test_the_harmful_edit_is_rejected_and_not_proposed_again_in_the_epoch(full_run):
+    harmful_steps = []
+    for step_dir in steps(full_run):
+        if HARMFUL in (step_dir / "candidate_skill.md").read_text():
+            gate = read(step_dir / "gate.json")
+            assert gate["outcome"] == "rejected"
+            assert gate["decision"]["metric_after"] < gate["decision"]["metric_before"]
+            harmful_steps.append(read(step_dir / "step.json"))
+    assert harmful_steps
+    assert HARMFUL not in (full_run / "best_skill.md").read_text()
+    # The step after a rejection, in the same epoch, saw it in the buffer and left it out.
+    first = harmful_steps[0]
+    following = read(full_run / "steps" / f"step_{first['step'] + 1:04d}" / "proposed_edits.json")
+    assert following and HARMFUL not in json.dumps(following)
+
+
+def test_a_crashed_run_resumes_to_the_same_best_skill(full_run, world, tmp_path):
+    w, server = world
+    config = write_config(tmp_path, server.base_url)
+    run = tmp_path / "run"
+    before_crash = sum(read(d / "step.json")["minibatches"] for d in steps(full_run)[:2])
+    # The first failure reflection of step 3 gets HTTP 400 (the world counts across runs).
+    w.fail_after = w.calls["reflect"] + before_crash
+    assert train(config, run) == 2
+    assert read(run / "state.json")["step"] == 2
+    assert not (run / "steps" / "step_0003").exists() and not (run / "summary.json").exists()
+    assert train(config, run) == 2  # refuses to overwrite a run without --resume
+    assert train(config, run, "--resume") == 0
+
+    resumed, full = read(run / "summary.json"), read(full_run / "summary.json")
+    assert (run / "best_skill.md").read_text() == (full_run / "best_skill.md").read_text()
+    for key in ("accepted_steps", "rejected_steps", "unchanged_steps", "budget_per_step"):
+        assert resumed[key] == full[key]
+    assert [v["hash"] for v in resumed["versions"]] == [v["hash"] for v in full["versions"]]
+    assert [d.name for d in steps(run)] == [d.name for d in steps(full_run)]
+
+
+def test_skills_eval_scores_a_skill_from_the_run_cache(full_run, world):
+    w, _ = world
+    calls = w.calls["target"]
+    best = full_run / "best_skill.md"
+    assert (
+        main(["skills", "eval", "--skill", str(best), "--run-dir", str(full_run), "--quiet"]) == 0
+    )
+    result = read(full_run / "eval" / "best_skill_test.json")
+    assert result["hard"] == 1.0 and result["qa/zeta/hard"] == 1.0
+    assert w.calls["target"] == calls  # every answer came from the run's cache
+
+
+def closed_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def test_unreachable_or_misconfigured_servers_stop_the_run_before_any_work(world, tmp_path, capsys):
+    w, server = world
+    calls = dict(w.calls)
+    config = write_config(tmp_path, closed_port_url())
+    assert train(config, tmp_path / "run") == 2
+    assert "cannot reach the chat server" in capsys.readouterr().err
+    wrong_model = write_config(tmp_path, server.base_url, optimizer={"model": "gpt-nope"})
+    assert train(wrong_model, tmp_path / "run") == 2
+    assert "model 'gpt-nope' is not served" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+    assert w.calls == calls  # no chat request was made
