@@ -119,6 +119,9 @@ class World:
         if "rank proposed edits" in first:
             self.count("rank")
             return self.rank(text)
+        if "merge proposed edits" in first:
+            self.count("merge")
+            return self.merge(text)
         if "consolidate guidance" in first:
             self.count("consolidate")
             return json.dumps({"guidance": GUIDANCE})
@@ -146,8 +149,16 @@ class World:
         return json.dumps({"summary": f"no rule for {', '.join(kinds)}", "edits": edits})
 
     @staticmethod
-    def rank(text: str) -> str:
-        entries = re.findall(r"^\[(\d+)\] support [^\n]*?: (\{.*\})$", text, re.MULTILINE)
+    def pool(text: str) -> list[tuple[str, str]]:
+        """(id, edit JSON) of each numbered edit in a merge or rank prompt."""
+        return re.findall(r"^\[(\d+)\] support [^\n]*?: (\{.*\})$", text, re.MULTILINE)
+
+    def merge(self, text: str) -> str:
+        edits = [{**json.loads(edit), "sources": [int(i)]} for i, edit in self.pool(text)]
+        return json.dumps({"edits": edits})
+
+    def rank(self, text: str) -> str:
+        entries = self.pool(text)
         ids = [int(i) for i, _ in entries]
         harmful = [int(i) for i, edit in entries if "Never answer directly" in edit]
         return json.dumps({"ranking": harmful + [i for i in ids if i not in harmful], "keep": 2})

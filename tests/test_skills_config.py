@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 
 from honed.config import load_config
 from honed.errors import HonedError
 from honed.skills.config import load_skills_config
+from honed.skills.trainer import build_skill_envs
 
 CHAT = {"base_url": "http://127.0.0.1:8000/v1/", "model": "m"}
 
@@ -70,3 +73,13 @@ def test_steps_per_epoch_and_max_steps(tmp_path):
     assert config.total_steps(100) == (7, 21)
     capped = load_skills_config(write(tmp_path, train={"max_steps": 5, "steps_per_epoch": 4}))
     assert capped.total_steps(100) == (4, 5)
+
+
+def test_the_example_config_loads_and_its_dataset_has_every_kind_in_every_split(monkeypatch):
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    config = load_skills_config("examples/skills_qa.yaml")
+    assert "<!-- protected:guidance -->" in config.skill.initial_text()
+    (env,) = build_skill_envs(config).values()
+    for split in ("train", "validation", "test"):
+        kinds = {item.data["kind"] for item in env.items(split)}
+        assert kinds == {"units", "dates", "letters", "clock", "percent"}

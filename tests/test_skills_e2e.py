@@ -153,3 +153,23 @@ def test_unreachable_or_misconfigured_servers_stop_the_run_before_any_work(world
     assert "model 'gpt-nope' is not served" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
     assert w.calls == calls  # no chat request was made
+
+
+def test_autonomous_budget_and_llm_merge_in_the_loop(world, tmp_path):
+    """The optimizer chooses how many ranked edits to keep (2 here), never more than the pool."""
+    _, server = world
+    config = write_config(
+        tmp_path,
+        server.base_url,
+        schedule={"mode": "autonomous", "max_lr": 3},
+        train={"merge": "llm", "max_steps": 3},
+        consolidation={"enabled": False},
+    )
+    assert train(config, tmp_path / "run") == 0
+    records = [read(d / "step.json") for d in steps(tmp_path / "run")]
+    assert [r["budget"] for r in records] == [999] * 3
+    ranked = [r for r in records if r["rank"] == "llm"]
+    assert ranked and all(r["kept"] == min(2, r["pool"]) for r in ranked)
+    assert all(r["applied"] <= r["kept"] <= r["pool"] for r in records)
+    assert {r["merge"] for r in records if r["pool"] > 1} == {"llm"}
+    assert read(tmp_path / "run" / "summary.json")["selection"]["best"]["hard"] > 1 / 6

@@ -272,12 +272,12 @@ def cmd_skills_train(args: argparse.Namespace) -> int:
             return EXIT_INTERRUPTED
     finally:
         trainer.close()
-    selection = summary["selection"]
+    initial, best = (
+        {k: summary["selection"][which][k] for k in ("hard", "soft")}
+        for which in ("initial", "best")
+    )
     reporter.comparison(
-        f"selection score ({config.gate.split} split)",
-        selection["initial"],
-        selection["best"],
-        labels=("initial", "best"),
+        f"selection score ({config.gate.split} split)", initial, best, labels=("initial", "best")
     )
     reporter.comparison(
         f"held-out {config.eval.split} evaluation",
