@@ -7,6 +7,7 @@ import shutil
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from honed import __version__
 from honed.config import Config, load_config
@@ -14,6 +15,9 @@ from honed.errors import HonedError
 from honed.runs.files import atomic_write_json
 from honed.runs.progress import Reporter
 from honed.runs.rundir import RunDir
+
+if TYPE_CHECKING:
+    from honed.skills.config import SkillsConfig
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -136,7 +140,7 @@ def _add_skills_parser(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--quiet", action="store_true")
 
 
-def resolve_run_dir(args: argparse.Namespace, config: Config) -> RunDir:
+def resolve_run_dir(args: argparse.Namespace, config: Config | SkillsConfig) -> RunDir:
     if args.run_dir:
         return RunDir(args.run_dir)
     if config.run_dir:

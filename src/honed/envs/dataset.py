@@ -101,7 +101,7 @@ class JsonlEnv(SingleTurnEnv):
     Subclasses call `_load` from their constructor and add prompts and scoring.
     """
 
-    kind: ClassVar[str] = "jsonl"  # the type name errors mention: "environment 'x' (dataset)"
+    type_name: ClassVar[str] = "jsonl"  # as errors name it: "environment 'x' (dataset): ..."
 
     def __init__(self, name: str, seed: int, prompt_field: str) -> None:
         super().__init__(name)
@@ -196,7 +196,7 @@ class JsonlEnv(SingleTurnEnv):
     # Argument checks -----------------------------------------------------------------------
 
     def _fail(self, message: str) -> HonedError:
-        return HonedError(f"environment '{self.name}' ({self.kind}): {message}")
+        return HonedError(f"environment '{self.name}' ({self.type_name}): {message}")
 
     def _check_number(self, arg: str, value: float) -> float:
         if (
@@ -222,7 +222,7 @@ class DatasetEnv(JsonlEnv):
     but nothing depends on it: splits come from prompt hashes and items keep file order.
     """
 
-    kind = "dataset"
+    type_name = "dataset"
 
     def __init__(
         self,

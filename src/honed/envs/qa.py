@@ -73,7 +73,7 @@ def _answers(value: Any) -> list[str] | None:
 class QAEnv(JsonlEnv):
     """Questions with reference answers from a JSONL file (see the module docstring)."""
 
-    kind = "qa"
+    type_name = "qa"
 
     def __init__(
         self,

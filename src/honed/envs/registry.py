@@ -9,11 +9,16 @@ slow down a run that never uses it. A config may also name a user class directly
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from honed.envs.base import Environment
 from honed.errors import HonedError, did_you_mean
+from honed.types import derive_seed
 from honed.user_code import load_object
+
+if TYPE_CHECKING:
+    from honed.config import EnvConfig
 
 ENVIRONMENTS: dict[str, str | type] = {
     "addition": "honed.envs.tasks:AdditionEnv",
@@ -72,6 +77,15 @@ def build_env(type_name: str, name: str, seed: int, args: dict[str, Any]) -> Env
             f"{where} does not implement the Environment protocol: missing {', '.join(missing)}"
         )
     return env
+
+
+def build_envs(entries: Sequence[EnvConfig], seed: int) -> dict[str, Environment]:
+    """Every environment of a config's `envs`, by name, each seeded from the run's seed and its
+    own name: the GRPO and skill loops build the same items from the same config."""
+    return {
+        e.name: build_env(e.env_type, e.name, derive_seed(seed, "env", e.name) % 2**31, e.args)
+        for e in entries
+    }
 
 
 def _listing(accepted: list[str]) -> str:

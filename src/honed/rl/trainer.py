@@ -22,7 +22,7 @@ import torch
 
 from honed.config import Config, dump_config
 from honed.envs.base import Environment
-from honed.envs.registry import build_env
+from honed.envs.registry import build_envs as build_config_envs
 from honed.errors import HonedError
 from honed.models.policy import Policy, PolicySampler, SamplingParams
 from honed.rl.evaluate import evaluate
@@ -53,12 +53,7 @@ def seed_everything(seed: int) -> None:
 
 
 def build_envs(config: Config) -> dict[str, Environment]:
-    return {
-        e.name: build_env(
-            e.env_type, e.name, derive_seed(config.seed, "env", e.name) % 2**31, e.args
-        )
-        for e in config.envs
-    }
+    return build_config_envs(config.envs, config.seed)
 
 
 def rng_state() -> dict[str, Any]:

@@ -27,7 +27,7 @@ from typing import Any
 
 from honed.config import dump_config
 from honed.envs.base import SingleTurnEnv
-from honed.envs.registry import build_env
+from honed.envs.registry import build_envs
 from honed.errors import HonedError
 from honed.models.chat import ChatClient, UsageMeter
 from honed.runs.files import atomic_write_dir, atomic_write_json, atomic_write_text
@@ -51,7 +51,7 @@ from honed.skills.rollout import (
 )
 from honed.skills.rundir import SkillRunDir
 from honed.skills.schedule import build_scheduler
-from honed.types import Group, Trajectory, derive_seed
+from honed.types import Group, Item, Trajectory, derive_seed
 
 log = logging.getLogger(__name__)
 
@@ -60,17 +60,10 @@ STATE_FORMAT = 1
 
 def build_skill_envs(config: SkillsConfig) -> dict[str, SingleTurnEnv]:
     """The configured environments (seeded as the GRPO trainer seeds them), all single-turn."""
-    return check_single_turn(
-        {
-            e.name: build_env(
-                e.env_type, e.name, derive_seed(config.seed, "env", e.name) % 2**31, e.args
-            )
-            for e in config.envs
-        }
-    )
+    return check_single_turn(build_envs(config.envs, config.seed))
 
 
-def _groups(rollouts: list[Rollout], items: Mapping[tuple[str, str], Any]) -> list[Group]:
+def _groups(rollouts: list[Rollout], items: Mapping[tuple[str, str], Item]) -> list[Group]:
     """Rollouts as one-trajectory groups: what the sampler's curriculum learns from."""
     return [
         Group(
