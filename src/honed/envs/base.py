@@ -50,7 +50,9 @@ class Generator(Protocol):
 
     def encode(self, text: str) -> list[int]: ...
 
-    def generate(self, prompts: Sequence[str | list[int]], seeds: Sequence[int]) -> list[Sample]: ...
+    def generate(
+        self, prompts: Sequence[str | list[int]], seeds: Sequence[int]
+    ) -> list[Sample]: ...
 
 
 @runtime_checkable
