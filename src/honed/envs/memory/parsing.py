@@ -40,15 +40,13 @@ class ParseResult:
 
 def parse_calls(text: str) -> ParseResult:
     """The tool calls in a model reply (see the module docstring); never raises."""
-    values, repaired = _json_values(text)
-    objects: list[object] = []
-    empty_list = False
-    for value in values:
-        flat = _flatten(value)
-        empty_list = empty_list or (isinstance(value, list) and not flat)
-        objects.extend(flat)
+    values = _json_values(text)
+    repaired = any(r for _, r in values)
+    objects = [o for value, _ in values for o in _flatten(value)]
     if not any(_call_shaped(o) for o in objects):
-        return ParseResult([], failed=not empty_list, repaired=repaired)
+        # Only a strictly valid empty list is a deliberate "nothing to store".
+        clean_empty = any(not r and not _flatten(v) and isinstance(v, list) for v, r in values)
+        return ParseResult([], failed=not (clean_empty and not objects), repaired=repaired)
     return ParseResult([call_from_object(o) for o in objects], failed=False, repaired=repaired)
 
 
@@ -63,23 +61,22 @@ def _flatten(value: object) -> list[object]:
         for key in ("calls", "tool_calls"):
             if isinstance(value.get(key), list) and len(value) == 1:
                 return _flatten(value[key])
-        return [value]
-    return []
+    return [value]
 
 
-def _json_values(text: str) -> tuple[list[object], bool]:
-    """JSON lists and objects in `text`, and whether any needed repair."""
+def _json_values(text: str) -> list[tuple[object, bool]]:
+    """JSON lists and objects in `text`, each with whether it needed repair."""
     text = text.strip()
     try:
         value = json.loads(text)
         if isinstance(value, list | dict):
-            return [value], False
+            return [(value, False)]
     except (json.JSONDecodeError, RecursionError):
         pass
-    values, repaired = [], False
+    values: list[tuple[object, bool]] = []
     for span in _spans(text):
         try:
-            values.append(json.loads(span))
+            values.append((json.loads(span), False))
             continue
         except (json.JSONDecodeError, RecursionError):
             pass
@@ -88,9 +85,8 @@ def _json_values(text: str) -> tuple[list[object], bool]:
         except Exception:  # json_repair's own failures on hostile input must not escape
             continue
         if isinstance(value, list | dict):
-            values.append(value)
-            repaired = True
-    return values, repaired
+            values.append((value, True))
+    return values
 
 
 def _spans(text: str) -> list[str]:
