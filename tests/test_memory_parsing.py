@@ -106,11 +106,12 @@ def test_execution_reports_reasons():
     assert not execute(m, ToolCall(INSERT, {"memory_type": "core", "content": "a"})).ok
     assert execute(m, ToolCall(INSERT, {"memory_type": "semantic_memory", "content": "a b"})).ok
     # The store follows from the id when the type is left out.
-    assert execute(m, ToolCall(UPDATE, {"memory_id": "s1", "new_content": "c d"})).ok
+    assert execute(m, ToolCall(UPDATE, {"memory_id": "S1", "content": "c d"})).ok
     assert m.items("semantic") == [("s1", "c d")]
     assert execute(m, ToolCall(UPDATE, {"memory_id": "core", "new_content": "hello"})).ok
     assert m.core == "hello"
     assert not execute(m, ToolCall(DELETE, {"memory_id": "s7"})).ok
+    assert "required" in execute(m, ToolCall(DELETE, {"memory_type": "semantic"})).message
     assert execute(m, ToolCall(DELETE, {"memory_type": "semantic", "memory_id": "s1"})).ok
 
 

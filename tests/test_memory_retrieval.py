@@ -10,7 +10,7 @@ from honed.envs.memory.retrieval import (
     bm25_top,
     contains,
     make_reader,
-    memory_context,
+    memory_contexts,
 )
 from honed.envs.memory.store import CORE, EPISODIC, SEMANTIC, Memory
 from honed.errors import HonedError
@@ -38,19 +38,23 @@ def test_bm25_picks_the_matching_entries_and_returns_small_stores_whole():
         "Kamo works as a cook",
         "Tebu has a pet cat",
     ]
-    assert bm25_top(texts, "What pet does Tebu have?", 1) == [3]
-    assert bm25_top(texts, "What is Kamo's job? cook", 1) == [2]
-    assert bm25_top(texts, "anything", 4) == [0, 1, 2, 3]
-    assert bm25_top(texts, "anything", 0) == []
+    assert bm25_top(texts, ["What pet does Tebu have?", "What is Kamo's job? cook"], 1) == [
+        [3],
+        [2],
+    ]
+    assert bm25_top(texts, ["anything"], 4) == [[0, 1, 2, 3]]
+    assert bm25_top(texts, ["anything"], 0) == [[]]
+    assert bm25_top(texts, [], 2) == []
 
 
 def test_context_has_the_core_and_top_k_of_each_store():
-    context = memory_context(_memory(), "When did Tebu buy a kite?", top_k=1)
+    context, short = memory_contexts(_memory(), ["When did Tebu buy a kite?", "Kamo"], top_k=1)
     core, semantic, episodic = context.splitlines()
     assert core == "core: People: Kamo, Tebu"
     assert semantic.startswith("semantic: Tebu ")
     assert episodic == "episodic: Day 12: Tebu bought a kite"
-    assert len(memory_context(_memory(), "Kamo", top_k=2).splitlines()) == 1 + 2 + 2
+    assert len(short.splitlines()) == 3
+    assert len(memory_contexts(_memory(), ["Kamo"], top_k=2)[0].splitlines()) == 1 + 2 + 2
 
 
 def test_ideal_reader_answer_in_memory_and_not():

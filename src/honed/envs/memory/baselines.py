@@ -56,15 +56,11 @@ def store_everything(
 def rag_chunks(
     instances: Sequence[Instance], reader: Reader, k: int = 2, count: TokenCounter = word_tokens
 ) -> BaselineResult:
-    scores = [
-        [
-            reader.score(
-                q, "\n".join(inst.chunks[i] for i in sorted(bm25_top(inst.chunks, q.question, k)))
-            )
-            for q in inst.questions
-        ]
-        for inst in instances
-    ]
+    scores = []
+    for inst in instances:
+        tops = bm25_top(inst.chunks, [q.question for q in inst.questions], k)
+        contexts = ["\n".join(inst.chunks[i] for i in sorted(top)) for top in tops]
+        scores.append([reader.score(q, c) for q, c in zip(inst.questions, contexts, strict=True)])
     return BaselineResult(f"RAG top-{k} chunks", _accuracy(scores), _input_tokens(instances, count))
 
 

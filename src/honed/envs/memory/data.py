@@ -150,75 +150,36 @@ class DataSpec:
             raise HonedError("memory data: more updates than facts to update")
         if self.relations > self.entities:
             raise HonedError("memory data: at most one relation per entity")
-        if self.events > len(_DAYS):
-            raise HonedError(f"memory data: at most {len(_DAYS)} events")
+        kinds = self.entities * sum(len(objs) for _, _, objs in _EVENTS)
+        if self.events > min(len(_DAYS), kinds):
+            raise HonedError(f"memory data: at most {min(len(_DAYS), kinds)} events")
         for f in fields(self):
             if f.name != "chatter_rate" and getattr(self, f.name) < 0:
                 raise HonedError(f"memory data: {f.name} must not be negative")
 
 
+_CITIES = [
+    "Oslo", "Lima", "Rome", "Kyiv", "Baku", "Doha", "Riga", "Bern", "Pune", "Cork", "Lyon",
+    "Graz", "Kobe", "Fez", "Quito", "Turin",
+]  # fmt: skip
+_JOBS = [
+    "cook", "nurse", "pilot", "baker", "judge", "tailor", "farmer", "dentist", "poet", "clerk",
+    "miner", "barber",
+]  # fmt: skip
+_PETS = ["cat", "dog", "parrot", "rabbit", "horse", "turtle", "goat", "hamster", "lizard", "pony"]
 # attribute: (statement, question, update sentence, values)
 _ATTRIBUTES = {
-    "city": (
-        "{n} lives in {v}",
-        "Where does {n} live?",
-        "{n} moved to {v}.",
-        [
-            "Oslo",
-            "Lima",
-            "Rome",
-            "Kyiv",
-            "Baku",
-            "Doha",
-            "Riga",
-            "Bern",
-            "Pune",
-            "Cork",
-            "Lyon",
-            "Graz",
-            "Kobe",
-            "Fez",
-            "Quito",
-            "Turin",
-        ],
-    ),
-    "job": (
-        "{n} works as a {v}",
-        "What is {n}'s job?",
-        "{n} became a {v}.",
-        [
-            "cook",
-            "nurse",
-            "pilot",
-            "baker",
-            "judge",
-            "tailor",
-            "farmer",
-            "dentist",
-            "poet",
-            "clerk",
-            "miner",
-            "barber",
-        ],
-    ),
-    "pet": (
-        "{n} has a pet {v}",
-        "What pet does {n} have?",
-        "{n} got a new pet {v}.",
-        ["cat", "dog", "parrot", "rabbit", "horse", "turtle", "goat", "hamster", "lizard", "pony"],
-    ),
+    "city": ("{n} lives in {v}", "Where does {n} live?", "{n} moved to {v}.", _CITIES),
+    "job": ("{n} works as a {v}", "What is {n}'s job?", "{n} became a {v}.", _JOBS),
+    "pet": ("{n} has a pet {v}", "What pet does {n} have?", "{n} got a new pet {v}.", _PETS),
 }
 # (past tense, base form, objects)
 _EVENTS = [
-    (
-        "visited",
-        "visit",
-        ["the zoo", "the lake", "the museum", "the market", "the beach", "the castle"],
-    ),
+    ("visited", "visit", ["the zoo", "the lake", "the museum", "the market", "the beach", "the castle"]),
     ("bought", "buy", ["a kite", "a lamp", "a bike", "a hat", "a rug", "a drum"]),
     ("lost", "lose", ["a key", "a ring", "a glove", "a wallet", "a scarf"]),
     ("painted", "paint", ["a fence", "a boat", "a door", "a wall", "a chair"]),
-]
+]  # fmt: skip
 _RELATIONS = [("works for", "boss"), ("rents from", "landlord")]
 _CHATTER = [
     "It rained all day long.", "The tea was cold again.", "We talked about old films.",
@@ -289,14 +250,10 @@ def _instance(split: str, index: int, spec: DataSpec, rng: random.Random) -> Ins
             text = statement.format(n=n, v=value[n, attr])
             chunks.append((text + ".", [PlanOp("insert", SEMANTIC, text)]))
     events = []
-    seen: set[tuple[str, str, str]] = set()
-    for day in rng.sample(list(_DAYS), spec.events):
-        while True:
-            n, (past, base, objs) = rng.choice(names), rng.choice(_EVENTS)
-            obj = rng.choice(objs)
-            if (n, base, obj) not in seen:
-                break
-        seen.add((n, base, obj))
+    kinds = [(n, past, base, obj) for n in names for past, base, objs in _EVENTS for obj in objs]
+    for day, (n, past, base, obj) in zip(
+        rng.sample(list(_DAYS), spec.events), rng.sample(kinds, spec.events), strict=True
+    ):
         text = f"Day {day}: {n} {past} {obj}"
         chunks.append((text + ".", [PlanOp("insert", EPISODIC, text)]))
         events.append(
@@ -314,7 +271,7 @@ def _instance(split: str, index: int, spec: DataSpec, rng: random.Random) -> Ins
         text = f"{a} {verb} {b}"
         chunks.append((text + ".", [PlanOp("insert", SEMANTIC, text)]))
         relations.append((a, role, b))
-    chunks += [("", [])] * spec.chatter
+    chunks += [("", []) for _ in range(spec.chatter)]
     rng.shuffle(chunks)
     updated = set(rng.sample(sorted(value), spec.updates))
     for n, attr in sorted(updated):

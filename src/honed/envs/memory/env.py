@@ -27,7 +27,7 @@ from honed.envs.base import Generator, Sample
 from honed.envs.memory import baselines
 from honed.envs.memory.data import DataSpec, Instance, generate, load_jsonl
 from honed.envs.memory.parsing import parse_calls
-from honed.envs.memory.prompt import STYLES, Prompt, render_prompt
+from honed.envs.memory.prompt import PROMPT_CHARS, STYLES, Prompt, render_prompt
 from honed.envs.memory.retrieval import Chat, answer_scores, make_reader
 from honed.envs.memory.rewards import (
     ChunkOutcome,
@@ -66,7 +66,8 @@ class MemoryEnv:
     `judge` ("rule" | "llm"), `chat` (an object with `chat(messages) -> str`, needed by the
     llm reader or judge), `top_k` (5 entries per store retrieved per question),
     `core_tokens` (512), `count` (token counter, default word tokens), `recent` (5 entries of
-    each store shown), `prompt_chars` (400), `prompt_style` ("compact" | "full"), `path` (a
+    each store shown), `prompt_style` ("compact" | "full"), `prompt_chars` (the prompt budget:
+    400 for compact, 8000 for full, whose header alone is about 1500 characters), `path` (a
     JSONL file of real instances instead of generated ones), and the data sizes of `DataSpec`
     (`train_size`, `validation_size`, `test_size`, `entities`, `facts`, `events`, `updates`,
     `relations`, `chatter`, `chatter_rate`).
@@ -89,7 +90,7 @@ class MemoryEnv:
         core_tokens: int = 512,
         count: TokenCounter = word_tokens,
         recent: int = 5,
-        prompt_chars: int = 400,
+        prompt_chars: int | None = None,
         prompt_style: str = "compact",
         path: str | Path | None = None,
         **data: float,
@@ -120,7 +121,8 @@ class MemoryEnv:
         self.top_k = top_k
         self.core_tokens = core_tokens
         self.count = count
-        self.recent, self.prompt_chars, self.prompt_style = recent, prompt_chars, prompt_style
+        self.recent, self.prompt_style = recent, prompt_style
+        self.prompt_chars = prompt_chars or PROMPT_CHARS[prompt_style]
         self.path = path
         self.spec = DataSpec(**data)  # type: ignore[arg-type]
         self.spec.check()
@@ -133,12 +135,15 @@ class MemoryEnv:
             raise HonedError(
                 f"memory env {self.name!r}: unknown split {split!r}{did_you_mean(split, SPLITS)}"
             )
-        if split not in self._items:
+        if not self._items:
             if self.path is not None:
-                instances = load_jsonl(self.path)[split]
+                by_split = load_jsonl(self.path)
             else:
-                instances = generate(split, self.spec, self.seed)
-            self._items[split] = [Item(inst.id, self.name, inst.to_dict()) for inst in instances]
+                by_split = {s: generate(s, self.spec, self.seed) for s in SPLITS}
+            self._items = {
+                s: [Item(inst.id, self.name, inst.to_dict()) for inst in instances]
+                for s, instances in by_split.items()
+            }
         return self._items[split]
 
     def instances(self, split: str) -> list[Instance]:

@@ -30,6 +30,7 @@ from honed.envs.memory.store import LISTS, Memory
 from honed.envs.memory.tools import TOOL_SCHEMAS
 
 STYLES = ("compact", "full")
+PROMPT_CHARS = {"compact": 400, "full": 8000}  # default budgets: the full header is ~1500
 COMPACT_HEADER = (
     'Tools: memory_insert {"i":"s|e","c":..} memory_update {"u":id,"c":..} '
     'memory_delete {"d":id}; s=fact e=event. Skip chatter. Reply a JSON list.'

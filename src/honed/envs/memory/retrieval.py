@@ -43,28 +43,35 @@ class Reader(Protocol):
     def score(self, question: Question, context: str) -> float: ...
 
 
-def bm25_top(texts: Sequence[str], query: str, k: int) -> list[int]:
-    """Indices of the `k` texts that best match `query` by BM25 (all of them when k covers)."""
+def bm25_top(texts: Sequence[str], queries: Sequence[str], k: int) -> list[list[int]]:
+    """For each query, the indices of the `k` texts that match it best by BM25.
+
+    One index serves all queries. When `k` covers every text, all of them come back in their
+    own order (BM25 would only reorder them).
+    """
     if len(texts) <= k:
-        return list(range(len(texts)))
-    if k <= 0:
-        return []
+        return [list(range(len(texts))) for _ in queries]
+    if k <= 0 or not queries:
+        return [[] for _ in queries]
     tokenize = dict(
         token_pattern=_TOKEN, stopwords="english", show_progress=False, return_ids=False
     )
     retriever = bm25s.BM25()
     retriever.index(bm25s.tokenize(list(texts), **tokenize), show_progress=False)
-    docs, _ = retriever.retrieve(bm25s.tokenize([query], **tokenize), k=k, show_progress=False)
-    return [int(i) for i in docs[0]]
+    docs, _ = retriever.retrieve(
+        bm25s.tokenize(list(queries), **tokenize), k=k, show_progress=False
+    )
+    return [[int(i) for i in row] for row in docs]
 
 
-def memory_context(memory: Memory, query: str, top_k: int) -> str:
-    """The text a reader sees for `query`: the core, then the top-k entries of each store."""
-    lines = [f"core: {memory.core}"] if memory.core else []
+def memory_contexts(memory: Memory, queries: Sequence[str], top_k: int) -> list[str]:
+    """The text a reader sees for each query: the core, then the top-k entries of each store."""
+    contexts: list[list[str]] = [[f"core: {memory.core}"] if memory.core else [] for _ in queries]
     for store in LISTS:
         texts = [text for _, text in memory.items(store)]
-        lines += [f"{store}: {texts[i]}" for i in bm25_top(texts, query, top_k)]
-    return "\n".join(lines)
+        for lines, top in zip(contexts, bm25_top(texts, queries, top_k), strict=True):
+            lines += [f"{store}: {texts[i]}" for i in top]
+    return ["\n".join(lines) for lines in contexts]
 
 
 def normalise(text: str) -> str:
@@ -136,4 +143,5 @@ def answer_scores(
     memory: Memory, questions: Sequence[Question], reader: Reader, top_k: int
 ) -> list[float]:
     """The reader's score on each question, each from its own retrieved context."""
-    return [reader.score(q, memory_context(memory, q.question, top_k)) for q in questions]
+    contexts = memory_contexts(memory, [q.question for q in questions], top_k)
+    return [reader.score(q, context) for q, context in zip(questions, contexts, strict=True)]

@@ -125,7 +125,9 @@ class Memory:
         if store == CORE:
             self.core = ""
             return ToolResult(True, "cleared core", CORE, store)
-        if not memory_id or memory_id not in self.entries[store]:
+        if not memory_id:
+            return ToolResult(False, f"memory_id is required to delete from {store}", None, store)
+        if memory_id not in self.entries[store]:
             return ToolResult(False, f"no entry {memory_id} in {store}", memory_id, store)
         del self.entries[store][memory_id]
         return ToolResult(True, f"deleted {memory_id}", memory_id, store)

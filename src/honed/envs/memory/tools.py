@@ -147,7 +147,7 @@ def execute(memory: Memory, call: ToolCall) -> ToolResult:
     memory_id = args.get("memory_id")
     if memory_id is not None and not isinstance(memory_id, str | int):
         return ToolResult(False, "memory_id must be text")
-    memory_id = str(memory_id).strip() if memory_id is not None else None
+    memory_id = str(memory_id).strip().lower() if memory_id is not None else None
     raw_type = args.get("memory_type")
     store = store_name(raw_type) if raw_type is not None else None
     if store is None and raw_type is None and memory_id:
@@ -157,7 +157,7 @@ def execute(memory: Memory, call: ToolCall) -> ToolResult:
     if call.name == DELETE:
         return memory.delete(store, memory_id)
     key = "content" if call.name == INSERT else "new_content"
-    content = args.get(key, args.get("content" if key == "new_content" else "new_content"))
+    content = args.get(key, args.get("content"))  # an update written with "content" is clear
     if not isinstance(content, str):
         return ToolResult(False, f"{key} must be text", memory_id, store)
     if call.name == INSERT:
