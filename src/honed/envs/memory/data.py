@@ -2,15 +2,17 @@
 
 An instance is an ordered list of chunks plus questions about them. The embedded generator
 writes short, very regular chunks, so that a tiny character-level policy can learn the task
-from scratch on a CPU; each chunk holds at most one piece of information, often padded with
-chatter, and a reference plan says what a good memory writer does with it:
+from scratch on a CPU; each chunk holds at most one piece of information, padded with chatter,
+and a reference plan says what a good memory writer does with it. Every reference entry is the
+informative sentence copied verbatim (a change reads "now ..." and replaces the old entry), so
+the policy has to learn what to keep and where, not how to paraphrase:
 
 | chunk (chatter optional)               | reference operation                         |
 |----------------------------------------|---------------------------------------------|
 | `Kamo lives in Oslo. It rained.`        | insert semantic `Kamo lives in Oslo`          |
 | `Day 4: Kamo visited the zoo.`          | insert episodic `Day 4: Kamo visited the zoo` |
 | `Kamo works for Tebu.`                  | insert semantic `Kamo works for Tebu`         |
-| `Kamo moved to Lima.` (a later change)  | update that entry to `Kamo lives in Lima`     |
+| `Kamo now lives in Lima.` (a change)    | update that entry to `Kamo now lives in Lima` |
 | `The bus was late. Tebu smiled.`        | nothing                                     |
 
 Questions: *fact* ("Where does Kamo live?"), *updated-fact* (the same about a value that
@@ -167,11 +169,11 @@ _JOBS = [
     "miner", "barber",
 ]  # fmt: skip
 _PETS = ["cat", "dog", "parrot", "rabbit", "horse", "turtle", "goat", "hamster", "lizard", "pony"]
-# attribute: (statement, question, update sentence, values)
+# attribute: (statement, question, statement after a change, values)
 _ATTRIBUTES = {
-    "city": ("{n} lives in {v}", "Where does {n} live?", "{n} moved to {v}.", _CITIES),
-    "job": ("{n} works as a {v}", "What is {n}'s job?", "{n} became a {v}.", _JOBS),
-    "pet": ("{n} has a pet {v}", "What pet does {n} have?", "{n} got a new pet {v}.", _PETS),
+    "city": ("{n} lives in {v}", "Where does {n} live?", "{n} now lives in {v}", _CITIES),
+    "job": ("{n} works as a {v}", "What is {n}'s job?", "{n} now works as a {v}", _JOBS),
+    "pet": ("{n} has a pet {v}", "What pet does {n} have?", "{n} now has a pet {v}", _PETS),
 }
 # (past tense, base form, objects)
 _EVENTS = [
@@ -275,15 +277,13 @@ def _instance(split: str, index: int, spec: DataSpec, rng: random.Random) -> Ins
     rng.shuffle(chunks)
     updated = set(rng.sample(sorted(value), spec.updates))
     for n, attr in sorted(updated):
-        statement, _, sentence, values = _ATTRIBUTES[attr]
+        statement, _, changed, values = _ATTRIBUTES[attr]
         old = statement.format(n=n, v=value[n, attr])
         value[n, attr] = rng.choice([v for v in values if v != value[n, attr]])
-        new = statement.format(n=n, v=value[n, attr])
+        new = changed.format(n=n, v=value[n, attr])
         after = next(i for i, (_, ops) in enumerate(chunks) if ops and ops[0].content == old)
         op = PlanOp("update", SEMANTIC, new, target=old)
-        chunks.insert(
-            rng.randint(after + 1, len(chunks)), (sentence.format(n=n, v=value[n, attr]), [op])
-        )
+        chunks.insert(rng.randint(after + 1, len(chunks)), (new + ".", [op]))
     questions = [
         Question(
             _ATTRIBUTES[a][1].format(n=n),

@@ -7,10 +7,10 @@ model can learn where to look):
     core: <core text>
     s1 Kamo lives in Oslo
     e1 Day 4: Kamo visited the zoo
-    chunk: Kamo moved to Lima. It rained all day.
+    chunk: Kamo now lives in Lima. It rained all day long.
     calls:
 
-and the reply is a JSON list of calls, e.g. `[{"u":"s1","c":"Kamo lives in Lima"}]`. The
+and the reply is a JSON list of calls, e.g. `[{"u":"s1","c":"Kamo now lives in Lima"}]`. The
 `full` style, for chat models, describes the stores in words, lists the OpenAI function
 schemas and asks for `{"name": ..., "arguments": ...}` calls.
 
