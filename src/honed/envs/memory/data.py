@@ -144,6 +144,8 @@ class DataSpec:
         }[split]
 
     def check(self) -> None:
+        if self.entities < 1:
+            raise HonedError("memory data: entities must be at least 1")
         if not 1 <= self.facts <= len(_ATTRIBUTES):
             raise HonedError(f"memory data: facts must be between 1 and {len(_ATTRIBUTES)}")
         if self.relations and self.entities < 2:

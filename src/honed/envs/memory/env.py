@@ -37,7 +37,7 @@ from honed.envs.memory.rewards import (
     tool_success,
     validity,
 )
-from honed.envs.memory.store import CORE, Memory, TokenCounter, word_tokens
+from honed.envs.memory.store import Memory, TokenCounter, word_tokens
 from honed.envs.memory.tools import DELETE, execute, format_calls
 from honed.errors import HonedError, did_you_mean
 from honed.types import SPLITS, Group, Item, Trajectory, derive_seed
@@ -194,15 +194,7 @@ class MemoryEnv:
             result = execute(run.memory, call)
             outcome.results.append(result)
             if result.ok and call.name != DELETE and result.written is not None:
-                others = (
-                    []
-                    if result.store == CORE
-                    else [
-                        text
-                        for memory_id, text in run.memory.items(result.store)
-                        if memory_id != result.memory_id
-                    ]
-                )
+                others = run.memory.others(result.store, result.memory_id)
                 outcome.verdicts.append(self.judge.validity(result.store, result.written, others))
         run.prompts.append(prompt)
         run.samples.append(sample)

@@ -136,6 +136,12 @@ class Memory:
         """(id, text) pairs of a list store, oldest first."""
         return list(self.entries[store].items())
 
+    def others(self, store: str, memory_id: str | None) -> list[str]:
+        """The texts of a store other than entry `memory_id` (the core has no others)."""
+        if store == CORE:
+            return []
+        return [text for i, text in self.entries[store].items() if i != memory_id]
+
     def texts(self) -> list[str]:
         """Every non-empty text in memory: core first, then semantic, then episodic."""
         core = [self.core] if self.core else []
