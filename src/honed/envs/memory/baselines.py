@@ -1,0 +1,86 @@
+"""Baselines for the memory table, scored by the same reader as the agents.
+
+- `no_memory`: the reader sees nothing (how far guessing or the reader's own knowledge goes).
+- `store_everything`: every chunk kept verbatim and shown whole, like a long context.
+- `rag_chunks`: every chunk kept verbatim, the top-k (default 2) by BM25 shown per question,
+  the paper's RAG-Top2.
+- `memories_result`: any built memories (the reference plan's, or an agent's) through the
+  agents' retrieval path.
+
+Memory tokens are the mean per instance, counted like the agents' memory (both raw-chunk
+baselines store all of the input).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import mean
+
+from honed.envs.memory.data import Instance
+from honed.envs.memory.retrieval import Reader, answer_scores, bm25_top
+from honed.envs.memory.store import Memory, TokenCounter, word_tokens
+
+
+@dataclass
+class BaselineResult:
+    """One row of the table: mean accuracy and mean memory tokens over the instances."""
+
+    name: str
+    accuracy: float
+    memory_tokens: float
+
+
+def _accuracy(per_instance: list[list[float]]) -> float:
+    return mean(mean(scores) for scores in per_instance) if per_instance else 0.0
+
+
+def no_memory(instances: Sequence[Instance], reader: Reader) -> BaselineResult:
+    scores = [[reader.score(q, "") for q in inst.questions] for inst in instances]
+    return BaselineResult("no memory", _accuracy(scores), 0.0)
+
+
+def _input_tokens(instances: Sequence[Instance], count: TokenCounter) -> float:
+    return mean(sum(count(c) for c in inst.chunks) for inst in instances) if instances else 0.0
+
+
+def store_everything(
+    instances: Sequence[Instance], reader: Reader, count: TokenCounter = word_tokens
+) -> BaselineResult:
+    scores = [
+        [reader.score(q, "\n".join(inst.chunks)) for q in inst.questions] for inst in instances
+    ]
+    return BaselineResult("store everything", _accuracy(scores), _input_tokens(instances, count))
+
+
+def rag_chunks(
+    instances: Sequence[Instance], reader: Reader, k: int = 2, count: TokenCounter = word_tokens
+) -> BaselineResult:
+    scores = []
+    for inst in instances:
+        tops = bm25_top(inst.chunks, [q.question for q in inst.questions], k)
+        contexts = ["\n".join(inst.chunks[i] for i in sorted(top)) for top in tops]
+        scores.append([reader.score(q, c) for q, c in zip(inst.questions, contexts, strict=True)])
+    return BaselineResult(f"RAG top-{k} chunks", _accuracy(scores), _input_tokens(instances, count))
+
+
+def memories_result(
+    name: str, instances: Sequence[Instance], memories: Sequence[Memory], reader: Reader, top_k: int
+) -> BaselineResult:
+    scores = [
+        answer_scores(m, inst.questions, reader, top_k)
+        for inst, m in zip(instances, memories, strict=True)
+    ]
+    tokens = mean(m.tokens() for m in memories) if memories else 0.0
+    return BaselineResult(name, _accuracy(scores), tokens)
+
+
+def run_baselines(
+    instances: Sequence[Instance], reader: Reader, rag_k: int = 2, count: TokenCounter = word_tokens
+) -> list[BaselineResult]:
+    """No memory, store-everything and RAG over raw chunks (top-`rag_k`), in that order."""
+    return [
+        no_memory(instances, reader),
+        store_everything(instances, reader, count),
+        rag_chunks(instances, reader, rag_k, count),
+    ]

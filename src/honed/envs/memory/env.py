@@ -1,0 +1,287 @@
+"""`MemoryEnv`: Mem-α's memory-construction task as a honed environment.
+
+A rollout reads an instance's chunks in order. For every chunk the policy sees the memory's
+description, the current memory and the chunk (`prompt.py`), generates once, and the calls in
+its reply run in order against that rollout's memory; the chunk is one `Segment`. All rollouts
+of all items advance together, one batched `generate` call per chunk index, with the seed of
+(seed, item key, generation, chunk) so a rollout comes out the same in any batch. After the
+last chunk the reader answers the questions from the final memory and the rewards are
+computed (`rewards.py`).
+
+Grouping, as in the paper: with `grouping="instance"` (default) every chunk segment carries
+its own reward r_t, so the trainer normalises all chunk segments of the `num_generations`
+rollouts of an instance as one GRPO group; with `grouping="trajectory"` segments carry no
+reward and the trajectory's reward (the mean of its r_t) applies to all of them. Either way
+`Trajectory.reward` is the mean chunk reward and `success` is r1 (evaluation's accuracy).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from statistics import mean
+
+from honed.envs.base import Generator, Sample
+from honed.envs.memory import baselines
+from honed.envs.memory.data import DataSpec, Instance, generate, load_jsonl
+from honed.envs.memory.parsing import parse_calls
+from honed.envs.memory.prompt import PROMPT_CHARS, STYLES, Prompt, render_prompt
+from honed.envs.memory.retrieval import Chat, answer_scores, make_reader
+from honed.envs.memory.rewards import (
+    ChunkOutcome,
+    chunk_reward,
+    compression,
+    make_judge,
+    tool_success,
+    validity,
+)
+from honed.envs.memory.store import Memory, TokenCounter, word_tokens
+from honed.envs.memory.tools import DELETE, execute, format_calls
+from honed.errors import HonedError, did_you_mean
+from honed.types import SPLITS, Group, Item, Trajectory, derive_seed
+
+GROUPINGS = ("instance", "trajectory")
+_DATA_ARGS = tuple(f.name for f in fields(DataSpec))
+
+
+@dataclass
+class _Run:
+    """One rollout in progress: its memory and what each chunk's reply did."""
+
+    memory: Memory
+    prompts: list[str] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    outcomes: list[ChunkOutcome] = field(default_factory=list)
+    log: list[str] = field(default_factory=list)
+
+
+class MemoryEnv:
+    """Read chunks, write a memory with tools, get scored on questions answered from it.
+
+    Arguments (all optional): `grouping` ("instance" | "trajectory"), `beta` (0.05) and
+    `gamma` (0.1) weights of compression and validity, `compression_clip` (None: a floor for
+    r3), `no_call_credit` (1.0: r2/r4 of a clean empty reply), `reader` ("retrieval" | "llm"),
+    `judge` ("rule" | "llm"), `chat` (an object with `chat(messages) -> str`, needed by the
+    llm reader or judge), `top_k` (5 entries per store retrieved per question),
+    `core_tokens` (512), `count` (token counter, default word tokens), `recent` (5 entries of
+    each store shown), `prompt_style` ("compact" | "full"), `prompt_chars` (the prompt budget:
+    400 for compact, 8000 for full, whose header alone is about 1500 characters), `path` (a
+    JSONL file of real instances instead of generated ones), and the data sizes of `DataSpec`
+    (`train_size`, `validation_size`, `test_size`, `entities`, `facts`, `events`, `updates`,
+    `relations`, `chatter`, `chatter_rate`).
+    """
+
+    def __init__(
+        self,
+        name: str = "memory",
+        seed: int = 0,
+        *,
+        grouping: str = "instance",
+        beta: float = 0.05,
+        gamma: float = 0.1,
+        compression_clip: float | None = None,
+        no_call_credit: float = 1.0,
+        reader: str = "retrieval",
+        judge: str = "rule",
+        chat: Chat | None = None,
+        top_k: int = 5,
+        core_tokens: int = 512,
+        count: TokenCounter = word_tokens,
+        recent: int = 5,
+        prompt_chars: int | None = None,
+        prompt_style: str = "compact",
+        path: str | Path | None = None,
+        **data: float,
+    ) -> None:
+        for arg, value, options in (
+            ("grouping", grouping, GROUPINGS),
+            ("prompt_style", prompt_style, STYLES),
+        ):
+            if value not in options:
+                raise HonedError(
+                    f"memory env {name!r}: {arg} {value!r}{did_you_mean(value, options)} is not one of "
+                    f"{', '.join(options)}"
+                )
+        for key in data:
+            if key not in _DATA_ARGS:
+                known = [*_DATA_ARGS, *inspect.signature(MemoryEnv).parameters]
+                raise HonedError(
+                    f"memory env {name!r}: unknown argument {key!r}{did_you_mean(key, known)}"
+                )
+        self.name = name
+        self.seed = seed
+        self.grouping = grouping
+        self.beta, self.gamma = beta, gamma
+        self.compression_clip = compression_clip
+        self.no_call_credit = no_call_credit
+        self.reader = make_reader(reader, chat)
+        self.judge = make_judge(judge, chat)
+        self.top_k = top_k
+        self.core_tokens = core_tokens
+        self.count = count
+        self.recent, self.prompt_style = recent, prompt_style
+        self.prompt_chars = prompt_chars or PROMPT_CHARS[prompt_style]
+        self.path = path
+        self.spec = DataSpec(**data)  # type: ignore[arg-type]
+        self.spec.check()
+        self._items: dict[str, list[Item]] = {}
+
+    # -- items -----------------------------------------------------------------------------
+
+    def items(self, split: str) -> Sequence[Item]:
+        if split not in SPLITS:
+            raise HonedError(
+                f"memory env {self.name!r}: unknown split {split!r}{did_you_mean(split, SPLITS)}"
+            )
+        if not self._items:
+            if self.path is not None:
+                by_split = load_jsonl(self.path)
+            else:
+                by_split = {s: generate(s, self.spec, self.seed) for s in SPLITS}
+            self._items = {
+                s: [Item(inst.id, self.name, inst.to_dict()) for inst in instances]
+                for s, instances in by_split.items()
+            }
+        return self._items[split]
+
+    def instances(self, split: str) -> list[Instance]:
+        return [Instance.from_dict(item.data) for item in self.items(split)]
+
+    # -- rollout ---------------------------------------------------------------------------
+
+    def rollout(
+        self, items: Sequence[Item], generator: Generator, num_generations: int, seed: int
+    ) -> list[Group]:
+        instances = [Instance.from_dict(item.data) for item in items]
+        runs = [[self._memory_run() for _ in range(num_generations)] for _ in items]
+        for t in range(max((len(inst.chunks) for inst in instances), default=0)):
+            batch = [
+                (i, g)
+                for i, inst in enumerate(instances)
+                if t < len(inst.chunks)
+                for g in range(num_generations)
+            ]
+            prompts = [
+                self._prompt(runs[i][g].memory, instances[i].chunks[t]).text for i, g in batch
+            ]
+            seeds = [derive_seed(seed, items[i].key, g, t) for i, g in batch]
+            samples = generator.generate(prompts, seeds)
+            for (i, g), prompt, sample in zip(batch, prompts, samples, strict=True):
+                self._step(runs[i][g], instances[i].chunks[t], prompt, sample)
+        return [
+            Group(
+                self.name,
+                item.key,
+                [self._trajectory(inst, run) for run in item_runs],
+                level=item.level,
+            )
+            for item, inst, item_runs in zip(items, instances, runs, strict=True)
+        ]
+
+    def _memory_run(self) -> _Run:
+        return _Run(Memory(self.core_tokens, self.count))
+
+    def _prompt(self, memory: Memory, chunk: str) -> Prompt:
+        return render_prompt(memory, chunk, self.prompt_style, self.recent, self.prompt_chars)
+
+    def _step(self, run: _Run, chunk: str, prompt: str, sample: Sample) -> None:
+        """Run one chunk's reply against the rollout's memory and judge what it wrote."""
+        parsed = parse_calls(sample.text)
+        outcome = ChunkOutcome(parse_failed=parsed.failed)
+        for call in parsed.calls:
+            result = execute(run.memory, call)
+            outcome.results.append(result)
+            if result.ok and call.name != DELETE and result.written is not None:
+                others = run.memory.others(result.store, result.memory_id)
+                outcome.verdicts.append(self.judge.validity(result.store, result.written, others))
+        run.prompts.append(prompt)
+        run.samples.append(sample)
+        run.outcomes.append(outcome)
+        said = (
+            "parse failure"
+            if parsed.failed
+            else "; ".join(r.message for r in outcome.results) or "no calls"
+        )
+        run.log.append(f"chunk: {chunk}\n> {sample.text}\n= {said}")
+
+    def _trajectory(self, inst: Instance, run: _Run) -> Trajectory:
+        scores = answer_scores(run.memory, inst.questions, self.reader, self.top_k)
+        r1 = mean(scores)
+        memory_tokens = run.memory.tokens()
+        input_tokens = sum(self.count(c) for c in inst.chunks)
+        r3 = compression(memory_tokens, input_tokens, self.compression_clip)
+        r2s = [tool_success(o, self.no_call_credit) for o in run.outcomes]
+        r4s = [validity(o, self.no_call_credit) for o in run.outcomes]
+        rewards = [
+            chunk_reward(r1, r2, r3, r4, self.beta, self.gamma)
+            for r2, r4 in zip(r2s, r4s, strict=True)
+        ]
+        per_chunk = self.grouping == "instance"
+        return Trajectory(
+            segments=[
+                s.segment(r if per_chunk else None)
+                for s, r in zip(run.samples, rewards, strict=True)
+            ],
+            reward=mean(rewards),
+            success=r1,
+            components={
+                "accuracy": r1,
+                "tool_success": mean(r2s),
+                "compression": r3,
+                "validity": mean(r4s),
+                "memory_tokens": float(memory_tokens),
+                "input_tokens": float(input_tokens),
+                "parse_failures": float(sum(o.parse_failed for o in run.outcomes)),
+                "calls": float(sum(len(o.results) for o in run.outcomes)),
+            },
+            prompt_text=run.prompts[0] if run.prompts else "",
+            completion_text="\n\n".join(run.log),
+            info={
+                "instance": inst.id,
+                "memory": run.memory.to_dict(),
+                "chunk_rewards": rewards,
+                "answers": scores,
+            },
+        )
+
+    # -- reference solution ----------------------------------------------------------------
+
+    def sft_examples(self, item: Item) -> list[tuple[str, str]]:
+        """(prompt, reference calls) per chunk, prompts built from the reference memory.
+
+        Empty for data without a reference plan (JSONL files).
+        """
+        return self._replay(Instance.from_dict(item.data))[0]
+
+    def reference_memory(self, item: Item) -> Memory:
+        """The memory the reference plan builds (what a perfect warm-start would write)."""
+        return self._replay(Instance.from_dict(item.data))[1]
+
+    def _replay(self, inst: Instance) -> tuple[list[tuple[str, str]], Memory]:
+        memory = Memory(self.core_tokens, self.count)
+        if inst.plan is None:
+            return [], memory
+        examples = []
+        for chunk, ops in zip(inst.chunks, inst.plan, strict=True):
+            prompt = self._prompt(memory, chunk)
+            calls = [op.call(memory, prompt.visible) for op in ops]
+            examples.append((prompt.text, format_calls(calls, self.prompt_style)))
+            for call in calls:
+                execute(memory, call)
+        return examples, memory
+
+    # -- evaluation ------------------------------------------------------------------------
+
+    def baselines(self, split: str = "test") -> list[baselines.BaselineResult]:
+        """The memory-free baselines, plus the reference plan's memory when the data has one."""
+        instances = self.instances(split)
+        results = baselines.run_baselines(instances, self.reader, count=self.count)
+        planned = [inst for inst in instances if inst.plan is not None]
+        if planned:
+            memories = [self._replay(inst)[1] for inst in planned]
+            results.append(
+                baselines.memories_result("reference", planned, memories, self.reader, self.top_k)
+            )
+        return results

@@ -1,0 +1,115 @@
+"""Reading tool calls out of whatever the model wrote, without ever raising.
+
+A policy in training writes anything: a clean JSON list, a single call, several calls spread
+through prose, near-JSON (single quotes, missing commas, a list cut off at the length limit),
+braces inside quoted strings, or plain garbage. `parse_calls` tries, in order:
+
+1. the whole reply as JSON;
+2. every top-level `[...]` / `{...}` span, found by a scanner that skips brackets inside
+   double-quoted strings; a span that is not valid JSON is repaired with `json_repair`, and so
+   is an unclosed span at the end (a reply truncated mid-call).
+
+Lists are flattened, `{"calls": [...]}` / `{"tool_calls": [...]}` wrappers are opened, and each
+object becomes a `ToolCall`. Objects that look like no call at all (no `name`, `function`, or
+compact key) still count as failed calls when a real call sits beside them, so junk in a list
+costs tool success; a reply with no call-shaped object at all gives zero calls and
+`failed=True`, except the explicit empty list `[]`, which is a valid "nothing to store".
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import json_repair
+
+from honed.envs.memory.tools import ToolCall, call_from_object
+
+_CALL_KEYS = ("name", "function", "i", "u", "d")
+_OPEN, _CLOSE = "[{", "]}"
+
+
+@dataclass
+class ParseResult:
+    """The calls found in a reply; `failed` when nothing in it could be read as calls."""
+
+    calls: list[ToolCall] = field(default_factory=list)
+    failed: bool = False
+    repaired: bool = False
+
+
+def parse_calls(text: str) -> ParseResult:
+    """The tool calls in a model reply (see the module docstring); never raises."""
+    values = _json_values(text)
+    repaired = any(r for _, r in values)
+    objects = [o for value, _ in values for o in _flatten(value)]
+    if not any(_call_shaped(o) for o in objects):
+        # Only a strictly valid empty list is a deliberate "nothing to store".
+        clean_empty = any(not r and not _flatten(v) and isinstance(v, list) for v, r in values)
+        return ParseResult([], failed=not (clean_empty and not objects), repaired=repaired)
+    return ParseResult([call_from_object(o) for o in objects], failed=False, repaired=repaired)
+
+
+def _call_shaped(obj: object) -> bool:
+    return isinstance(obj, dict) and any(k in obj for k in _CALL_KEYS)
+
+
+def _flatten(value: object) -> list[object]:
+    if isinstance(value, list):
+        return [o for v in value for o in _flatten(v)]
+    if isinstance(value, dict):
+        for key in ("calls", "tool_calls"):
+            if isinstance(value.get(key), list) and len(value) == 1:
+                return _flatten(value[key])
+    return [value]
+
+
+def _json_values(text: str) -> list[tuple[object, bool]]:
+    """JSON lists and objects in `text`, each with whether it needed repair."""
+    text = text.strip()
+    try:
+        value = json.loads(text)
+        if isinstance(value, list | dict):
+            return [(value, False)]
+    except (json.JSONDecodeError, RecursionError):
+        pass
+    values: list[tuple[object, bool]] = []
+    for span in _spans(text):
+        try:
+            values.append((json.loads(span), False))
+            continue
+        except (json.JSONDecodeError, RecursionError):
+            pass
+        try:
+            value = json_repair.loads(span)
+        except Exception:  # json_repair's own failures on hostile input must not escape
+            continue
+        if isinstance(value, list | dict):
+            values.append((value, True))
+    return values
+
+
+def _spans(text: str) -> list[str]:
+    """Top-level bracketed spans; brackets inside double-quoted strings do not count."""
+    spans, start, depth, in_string, escaped = [], -1, 0, False, False
+    for i, ch in enumerate(text):
+        if depth and in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch in _OPEN:
+            if depth == 0:
+                start = i
+            depth += 1
+        elif depth and ch == '"':
+            in_string = True
+        elif depth and ch in _CLOSE:
+            depth -= 1
+            if depth == 0:
+                spans.append(text[start : i + 1])
+    if depth:
+        spans.append(text[start:])  # unclosed at the end: a truncated reply
+    return spans

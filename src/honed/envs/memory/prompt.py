@@ -1,0 +1,75 @@
+"""The prompt the memory writer sees for one chunk.
+
+Layout (the `compact` style, for small policies; every line is regular so a character-level
+model can learn where to look):
+
+    Tools: memory_insert {"i":"s|e","c":..} memory_update {"u":id,"c":..} ...
+    core: <core text>
+    s1 Kamo lives in Oslo
+    e1 Day 4: Kamo visited the zoo
+    chunk: Kamo now lives in Lima. It rained all day long.
+    calls:
+
+and the reply is a JSON list of calls, e.g. `[{"u":"s1","c":"Kamo now lives in Lima"}]`. The
+`full` style, for chat models, describes the stores in words, lists the OpenAI function
+schemas and asks for `{"name": ..., "arguments": ...}` calls.
+
+As in Mem-α, the whole core is shown but only the most recent entries of each store: at most
+`recent` of each, then fewer (the oldest of the store showing more goes first) until the prompt
+fits `max_chars`. Characters,
+not tokens, measure the budget, so it means the same for every tokenizer; only the header, the
+core and the chunk themselves can exceed it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from honed.envs.memory.store import LISTS, Memory
+from honed.envs.memory.tools import TOOL_SCHEMAS
+
+STYLES = ("compact", "full")
+PROMPT_CHARS = {"compact": 400, "full": 8000}  # default budgets: the full header is ~1500
+COMPACT_HEADER = (
+    'Tools: memory_insert {"i":"s|e","c":..} memory_update {"u":id,"c":..} '
+    'memory_delete {"d":id}; s=fact e=event. Skip chatter. Reply a JSON list.'
+)
+FULL_HEADER = (
+    "You maintain a memory with three stores: core (one short text, always shown, capped), "
+    "semantic (atomic facts) and episodic (events with their time). Read the new chunk and "
+    "call tools to keep what will answer later questions: insert new facts and events, update "
+    "an entry by its id when a fact changes, skip chatter. Tools: "
+    + json.dumps(TOOL_SCHEMAS, separators=(",", ":"))
+    + '\nReply with only a JSON list of calls, each {"name": tool, "arguments": {...}}, '
+    "or [] when nothing is worth keeping."
+)
+
+
+@dataclass
+class Prompt:
+    """A rendered prompt and the entry ids it shows (an update can only target those)."""
+
+    text: str
+    visible: set[str]
+
+
+def render_prompt(
+    memory: Memory, chunk: str, style: str = "compact", recent: int = 5, max_chars: int = 400
+) -> Prompt:
+    header = COMPACT_HEADER if style == "compact" else FULL_HEADER
+    shown = {store: min(max(recent, 0), len(memory.items(store))) for store in LISTS}
+    while True:
+        entries = [pair for store in LISTS for pair in _tail(memory.items(store), shown[store])]
+        lines = [header, f"core: {memory.core}"]
+        lines += [f"{memory_id} {text}" for memory_id, text in entries]
+        lines += [f"chunk: {chunk}", "calls:"]
+        text = "\n".join(lines)
+        if len(text) <= max_chars or not any(shown.values()):
+            return Prompt(text, {memory_id for memory_id, _ in entries})
+        # Drop the oldest shown entry of the store showing more (episodic on a tie).
+        shown[max(reversed(LISTS), key=shown.__getitem__)] -= 1
+
+
+def _tail(items: list[tuple[str, str]], n: int) -> list[tuple[str, str]]:
+    return items[len(items) - n :] if n else []

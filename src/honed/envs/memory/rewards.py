@@ -1,0 +1,165 @@
+"""Mem-α's reward: r_t = r1 + r2_t + beta·r3 + gamma·r4_t for chunk t, each part reported.
+
+- r1, accuracy: the reader's mean score over the instance's questions (one per trajectory).
+- r2_t, tool success: the share of chunk t's calls that succeeded.
+- r3, compression: `1 - memory_tokens / input_tokens` (one per trajectory); negative when the
+  memory holds more than the input; `clip` sets an optional floor.
+- r4_t, validity: the judge's mean verdict on what chunk t wrote (successful inserts and
+  updates; deletes write nothing and are not judged).
+
+Deviation from the official code, on purpose: there a chunk with no calls scores 0 on r2 and
+r4, which pays the agent to write something for every chunk, chatter included, and fights the
+compression the task is about. Here a well-formed empty reply (`[]`) earns `no_call_credit`
+(default 1: nothing failed, nothing invalid was written), while a reply that cannot be parsed
+scores 0 on both. A chunk whose calls all failed gets r4 = 0.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from honed.envs.memory.retrieval import Chat
+from honed.envs.memory.store import CORE, EPISODIC, SEMANTIC, ToolResult
+from honed.errors import HonedError, did_you_mean
+
+JUDGES = ("rule", "llm")
+
+_TIME = re.compile(
+    r"\b(day|week|month|year|step|turn|session|timestamp)\s*#?\d+"
+    r"|\b\d{1,4}[-/:.]\d{1,2}\b|\b(1[89]|20)\d{2}\b|\b\d{1,2}\s*(am|pm)\b"
+    r"|\b(mon|tues|wednes|thurs|fri|satur|sun)day\b"
+    r"|\b(jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?\s+\d"
+    r"|\b(yesterday|today|tonight|tomorrow|morning|afternoon|evening|noon|midnight)\b"
+    r"|\b(last|next|this)\s+(week|month|year|night|time)\b|\bago\b",
+    re.IGNORECASE,
+)
+_PLACEHOLDERS = {
+    "none", "n a", "na", "null", "empty", "placeholder", "todo", "tbd", "nothing", "unknown",
+    "no information", "text", "content", "core", "memory",
+}  # fmt: skip
+_WORDS = re.compile(r"\w+")
+
+
+class Judge(Protocol):
+    """Says whether one written entry is valid content for its store, in [0, 1]."""
+
+    def validity(self, store: str, content: str, others: Sequence[str]) -> float: ...
+
+
+@dataclass
+class RuleJudge:
+    """The default, offline judge, after the official judge prompts.
+
+    Core: not empty, not a placeholder, does not talk about "core memory". Semantic: one short
+    atomic statement (2 to `max_fact_words` words, a single sentence) that is not a
+    near-duplicate (word-set Jaccard >= `near_duplicate`) of another entry in the store.
+    Episodic: carries a time (a day or step number, a date, a clock time, a weekday, ...).
+    """
+
+    max_fact_words: int = 20
+    near_duplicate: float = 0.8
+
+    def validity(self, store: str, content: str, others: Sequence[str]) -> float:
+        words = _WORDS.findall(content.lower())
+        if store == CORE:
+            return float(
+                bool(words)
+                and " ".join(words) not in _PLACEHOLDERS
+                and "core memory" not in " ".join(words)
+            )
+        if store == EPISODIC:
+            return float(bool(words) and _TIME.search(content) is not None)
+        if not 2 <= len(words) <= self.max_fact_words or re.search(r"[.!?]\s+\S", content.strip()):
+            return 0.0
+        mine = set(words)
+        for other in others:
+            theirs = set(_WORDS.findall(other.lower()))
+            if len(mine & theirs) / len(mine | theirs) >= self.near_duplicate:
+                return 0.0
+        return 1.0
+
+
+# What the LLM judge accepts per store, after the official per-store judge prompts.
+_CRITERIA = {
+    CORE: "a concise summary of persistent key information; INVALID if it is empty, a "
+    "placeholder, or talks about 'core memory' itself",
+    SEMANTIC: "a short atomic statement of a fact or piece of knowledge",
+    EPISODIC: "an event together with its time or date and context",
+}
+
+
+class ChatJudge:
+    """An LLM judge answering VALID or INVALID per entry, with one prompt per store."""
+
+    def __init__(self, chat: Chat) -> None:
+        self.chat = chat
+
+    def validity(self, store: str, content: str, others: Sequence[str]) -> float:
+        reply = self.chat.chat(
+            [
+                {
+                    "role": "user",
+                    "content": f"Is this a valid {store} memory entry? A valid one is "
+                    f"{_CRITERIA[store]}.\n\nEntry: {content}\n\nAnswer VALID or INVALID.",
+                }
+            ]
+        )
+        verdict = reply.strip().upper()
+        return float("VALID" in verdict and "INVALID" not in verdict)
+
+
+def make_judge(kind: str, chat: Chat | None = None) -> Judge:
+    if kind == "rule":
+        return RuleJudge()
+    if kind == "llm":
+        if chat is None:
+            raise HonedError(
+                "memory judge 'llm' needs a chat model: pass chat=<client with .chat(messages)>"
+            )
+        return ChatJudge(chat)
+    raise HonedError(
+        f"unknown memory judge {kind!r}{did_you_mean(kind, JUDGES)}: use one of {', '.join(JUDGES)}"
+    )
+
+
+@dataclass
+class ChunkOutcome:
+    """What one chunk's reply did: whether it parsed, each call's result, each write's verdict."""
+
+    parse_failed: bool
+    results: list[ToolResult] = field(default_factory=list)
+    verdicts: list[float] = field(default_factory=list)
+
+
+def tool_success(outcome: ChunkOutcome, no_call_credit: float = 1.0) -> float:
+    """r2_t: the share of the chunk's calls that succeeded (see the module docstring for none)."""
+    if outcome.parse_failed:
+        return 0.0
+    if not outcome.results:
+        return no_call_credit
+    return sum(r.ok for r in outcome.results) / len(outcome.results)
+
+
+def validity(outcome: ChunkOutcome, no_call_credit: float = 1.0) -> float:
+    """r4_t: the mean verdict on the chunk's writes (see the module docstring for none)."""
+    if outcome.verdicts:
+        return sum(outcome.verdicts) / len(outcome.verdicts)
+    if outcome.parse_failed or any(not r.ok for r in outcome.results):
+        return 0.0
+    return no_call_credit
+
+
+def compression(memory_tokens: int, input_tokens: int, clip: float | None = None) -> float:
+    """r3 = 1 - memory_tokens / input_tokens, floored at `clip` when given."""
+    r3 = 1.0 - memory_tokens / max(input_tokens, 1)
+    return r3 if clip is None else max(r3, clip)
+
+
+def chunk_reward(
+    r1: float, r2: float, r3: float, r4: float, beta: float = 0.05, gamma: float = 0.1
+) -> float:
+    """Mem-α Eq. 1: r_t = r1 + r2_t + beta·r3 + gamma·r4_t."""
+    return r1 + r2 + beta * r3 + gamma * r4

@@ -1,0 +1,174 @@
+"""MemoryEnv rollouts with a scripted generator: batching, seeds, grouping, rewards."""
+
+from collections.abc import Callable
+
+import pytest
+
+from honed.envs.base import Environment, Sample
+from honed.envs.memory import MemoryEnv
+from honed.envs.memory.data import Instance, Question
+from honed.errors import HonedError
+from honed.types import Item, derive_seed
+
+
+class ScriptedGenerator:
+    """Answers each prompt with `reply(prompt, seed)`; records every batch it was given."""
+
+    def __init__(self, reply: Callable[[str, int], str]) -> None:
+        self.reply = reply
+        self.batches: list[tuple[list[str], list[int]]] = []
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) for c in text]
+
+    def generate(self, prompts, seeds):
+        self.batches.append((list(prompts), list(seeds)))
+        out = []
+        for prompt, seed in zip(prompts, seeds, strict=True):
+            text = self.reply(prompt, seed)
+            ids = self.encode(text)
+            out.append(Sample(self.encode(prompt), ids, [-0.5] * len(ids), text, False))
+        return out
+
+
+def _item(key: str, chunks: list[str], questions: list[Question]) -> Item:
+    return Item(key, "memory", Instance(key, chunks, questions).to_dict())
+
+
+HAND = _item(
+    "hand",
+    ["Ann lives in Oslo. It rained.", "The tea was cold.", "Day 3: Ann sang."],
+    [
+        Question("Where does Ann live?", ["Oslo"], "fact", evidence=[["Ann", "Oslo"]]),
+        Question("When did Ann sing?", ["day 3"], "event-time", evidence=[["Ann", "day 3"]]),
+    ],
+)
+# input tokens: 6 + 4 + 4 = 14
+
+
+def _chunk(prompt: str) -> str:
+    return prompt.rsplit("chunk: ", 1)[1].split("\n", 1)[0]
+
+
+def test_per_instance_grouping_rewards_each_chunk():
+    def reply(prompt: str, seed: int) -> str:
+        chunk = _chunk(prompt)
+        if chunk.startswith("Ann lives"):
+            return '[{"i":"s","c":"Ann lives in Oslo"}]'
+        if chunk.startswith("The tea"):
+            # Generation 0 skips chatter; generation 1 stores it and then fails a delete.
+            return "[]" if seed == seeds[1][0] else '[{"i":"s","c":"The tea was cold"},{"d":"s9"}]'
+        return "I am not sure" if seed == seeds[2][1] else '[{"i":"e","c":"Day 3: Ann sang"}]'
+
+    seeds = [[derive_seed(7, "hand", g, t) for g in range(2)] for t in range(3)]
+    env = MemoryEnv("memory")
+    gen = ScriptedGenerator(reply)
+    (group,) = env.rollout([HAND], gen, num_generations=2, seed=7)
+
+    assert group.item_key == "hand" and group.env == "memory" and len(group.trajectories) == 2
+    assert [s for _, s in gen.batches] == seeds  # one batched call per chunk, derived seeds
+    good, bad = group.trajectories
+    assert all(len(t.segments) == 3 for t in group.trajectories)
+
+    # Generation 0 keeps the two facts: "Ann lives in Oslo" (4 tokens) and "Day 3: Ann sang" (4).
+    r3 = 1 - 8 / 14
+    expected = [1 + 1 + 0.05 * r3 + 0.1 * 1] * 3
+    assert [s.reward for s in good.segments] == pytest.approx(expected)
+    assert good.reward == pytest.approx(sum(expected) / 3)
+    assert good.success == 1.0
+    assert good.components["compression"] == pytest.approx(r3)
+    assert good.components["memory_tokens"] == 8 and good.components["input_tokens"] == 14
+
+    # Generation 1: chatter stored (4 tokens), a failed delete, the event lost to a parse failure.
+    r3, r1 = 1 - 8 / 14, 0.5
+    expected = [
+        r1 + 1 + 0.05 * r3 + 0.1,
+        r1 + 0.5 + 0.05 * r3 + 0.1,  # 1 of 2 calls succeeded; the write is valid
+        r1 + 0 + 0.05 * r3 + 0,  # parse failure
+    ]
+    assert [s.reward for s in bad.segments] == pytest.approx(expected)
+    assert bad.components["accuracy"] == 0.5
+    assert bad.components["parse_failures"] == 1 and bad.components["calls"] == 3
+    assert bad.components["tool_success"] == pytest.approx(1.5 / 3)
+    assert bad.components["validity"] == pytest.approx(2 / 3)
+    assert "parse failure" in bad.completion_text and "no entry s9" in bad.completion_text
+    assert bad.info["memory"]["semantic"] == {"s1": "Ann lives in Oslo", "s2": "The tea was cold"}
+    assert bad.segments[0].completion_ids == [ord(c) for c in '[{"i":"s","c":"Ann lives in Oslo"}]']
+
+
+def test_trajectory_grouping_leaves_segment_rewards_unset():
+    env = MemoryEnv("memory", grouping="trajectory")
+    (group,) = env.rollout([HAND], ScriptedGenerator(lambda p, s: "[]"), num_generations=3, seed=0)
+    for t in group.trajectories:
+        assert all(s.reward is None for s in t.segments)
+        # Nothing stored: r1 = 0, r2 = r4 = 1 (clean empty replies), r3 = 1.
+        assert t.reward == pytest.approx(0 + 1 + 0.05 + 0.1)
+        assert t.success == 0.0
+
+
+def test_items_of_different_lengths_are_batched_together():
+    short = _item("short", ["Bo has a cat."], [Question("What pet does Bo have?", ["cat"])])
+    gen = ScriptedGenerator(lambda p, s: "[]")
+    groups = MemoryEnv("memory").rollout([HAND, short], gen, num_generations=2, seed=1)
+    assert [g.item_key for g in groups] == ["hand", "short"]
+    assert [len(p) for p, _ in gen.batches] == [4, 2, 2]
+    assert [len(t.segments) for t in groups[1].trajectories] == [1, 1]
+
+
+def test_following_the_reference_scores_full_accuracy_at_a_fraction_of_the_tokens():
+    env = MemoryEnv("memory", test_size=4)
+    items = env.items("test")
+    targets = dict(pair for item in items for pair in env.sft_examples(item))
+    groups = env.rollout(
+        items, ScriptedGenerator(lambda p, s: targets[p]), num_generations=2, seed=0
+    )
+    for group in groups:
+        for t in group.trajectories:
+            assert t.success == 1.0
+            assert t.components["tool_success"] == 1.0 and t.components["validity"] == 1.0
+            assert t.components["memory_tokens"] <= 0.5 * t.components["input_tokens"]
+    rows = {r.name: r for r in env.baselines("test")}
+    assert rows["reference"].accuracy == 1.0 == rows["store everything"].accuracy
+    assert rows["no memory"].accuracy == 0.0 and rows["no memory"].memory_tokens == 0
+    assert rows["RAG top-2 chunks"].accuracy < 1.0
+    assert rows["reference"].memory_tokens <= 0.5 * rows["store everything"].memory_tokens
+
+
+def test_rollouts_are_reproducible_and_independent_of_batch():
+    env = MemoryEnv("memory", test_size=2)
+    items = env.items("test")
+
+    def reply(prompt: str, seed: int) -> str:  # a "policy" whose output depends on its seed
+        return f'[{{"i":"s","c":"x{seed % 3} y"}}]' if seed % 2 else "[]"
+
+    together = env.rollout(items, ScriptedGenerator(reply), 2, seed=5)
+    alone = env.rollout(items[1:], ScriptedGenerator(reply), 2, seed=5)
+    assert [t.info for t in together[1].trajectories] == [t.info for t in alone[0].trajectories]
+
+
+def test_env_satisfies_the_protocol_and_checks_its_arguments():
+    env = MemoryEnv("memory", seed=1, train_size=3, chatter=1)
+    assert isinstance(env, Environment)
+    assert len(env.items("train")) == 3
+    with pytest.raises(HonedError, match="did you mean 'top_k'"):
+        MemoryEnv("memory", topk=3)
+    with pytest.raises(HonedError, match="grouping"):
+        MemoryEnv("memory", grouping="batch")
+    with pytest.raises(HonedError, match="unknown split"):
+        env.items("dev")
+
+
+def test_jsonl_path_feeds_items_without_a_reference(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text(
+        '{"id": "x", "chunks": ["Ann lives in Oslo."], "questions": [{"question": "Where?", "answer": "Oslo"}]}\n'
+    )
+    env = MemoryEnv("memory", path=str(path))
+    (item,) = env.items("test")
+    assert item.key == "x" and env.items("train") == []
+    assert env.sft_examples(item) == []
+    assert [r.name for r in env.baselines("test")] == [
+        "no memory",
+        "store everything",
+        "RAG top-2 chunks",
+    ]

@@ -1,0 +1,51 @@
+"""The per-chunk prompt: layout, the most recent entries, the character budget."""
+
+from honed.envs.memory.prompt import COMPACT_HEADER, FULL_HEADER, render_prompt
+from honed.envs.memory.store import CORE, EPISODIC, SEMANTIC, Memory
+
+
+def _memory(facts: int, events: int) -> Memory:
+    m = Memory()
+    m.update(CORE, "Kamo and Tebu")
+    for i in range(facts):
+        m.insert(SEMANTIC, f"Fact number {i} about Kamo")
+    for i in range(events):
+        m.insert(EPISODIC, f"Day {i}: Tebu did thing {i}")
+    return m
+
+
+def test_layout_shows_core_entries_and_chunk():
+    prompt = render_prompt(_memory(1, 1), "Kamo moved to Lima.", max_chars=1000)
+    assert prompt.text.split("\n") == [
+        COMPACT_HEADER,
+        "core: Kamo and Tebu",
+        "s1 Fact number 0 about Kamo",
+        "e1 Day 0: Tebu did thing 0",
+        "chunk: Kamo moved to Lima.",
+        "calls:",
+    ]
+    assert prompt.visible == {"s1", "e1"}
+
+
+def test_only_the_most_recent_entries_are_shown():
+    prompt = render_prompt(_memory(8, 2), "x", recent=3, max_chars=10_000)
+    assert prompt.visible == {"s6", "s7", "s8", "e1", "e2"}
+    assert prompt.text.index("s6 ") < prompt.text.index("s8 ")
+
+
+def test_budget_drops_the_oldest_of_the_fuller_store_first():
+    memory = _memory(5, 2)
+    full = render_prompt(memory, "x", recent=5, max_chars=10_000).text
+    prompt = render_prompt(memory, "x", recent=5, max_chars=len(full) - 1)
+    assert prompt.visible == {"s2", "s3", "s4", "s5", "e1", "e2"}
+    tight = render_prompt(memory, "x", recent=5, max_chars=200)
+    assert len(tight.text) <= 200
+    bare = render_prompt(memory, "x", recent=5, max_chars=10)  # header and chunk always stay
+    assert bare.visible == set() and bare.text.endswith("chunk: x\ncalls:")
+
+
+def test_full_style_describes_the_tool_schemas():
+    prompt = render_prompt(Memory(), "x", style="full", max_chars=8000)
+    assert prompt.text.startswith(FULL_HEADER)
+    for name in ("memory_insert", "memory_update", "memory_delete", "new_content", "memory_id"):
+        assert name in prompt.text
