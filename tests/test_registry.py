@@ -80,7 +80,15 @@ def test_seed_reaches_the_environment():
 
 
 def test_the_builtin_names():
-    assert set(ENVIRONMENTS) == {"addition", "reverse", "sort", "countdown", "dataset", "qa"}
+    assert set(ENVIRONMENTS) == {
+        "addition",
+        "reverse",
+        "sort",
+        "countdown",
+        "dataset",
+        "qa",
+        "memory",
+    }
 
 
 def test_unknown_environment_suggests_and_lists():
@@ -88,7 +96,7 @@ def test_unknown_environment_suggests_and_lists():
         build_env("additon", "x", seed=0, args={})
     assert str(info.value) == (
         "unknown environment 'additon' (did you mean 'addition'?); available: "
-        "addition, countdown, dataset, qa, reverse, sort (or a class as 'module:Class')"
+        "addition, countdown, dataset, memory, qa, reverse, sort (or a class as 'module:Class')"
     )
 
 

@@ -27,6 +27,7 @@ ENVIRONMENTS: dict[str, str | type] = {
     "countdown": "honed.envs.tasks:CountdownEnv",
     "dataset": "honed.envs.dataset:DatasetEnv",
     "qa": "honed.envs.qa:QAEnv",
+    "memory": "honed.envs.memory:MemoryEnv",
 }
 
 # Given to every constructor by `build_env` itself, never through `args`.
