@@ -66,6 +66,18 @@ class EnvConfig(Strict):
         return self.type or self.name
 
 
+def check_envs(envs: list[EnvConfig]) -> None:
+    """A mixture needs environments with unique names and satisfiable minimum shares."""
+    names = [e.name for e in envs]
+    if not names:
+        raise ValueError("at least one environment is needed under 'envs'")
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"environment names must be unique; repeated: {', '.join(dupes)}")
+    if sum(e.min_share for e in envs) > 1 + 1e-9:
+        raise ValueError("the environments' min_share values add up to more than 1")
+
+
 class TrainerConfig(Strict):
     """The GRPO loop (names and defaults as in TRL's GRPOConfig where the meaning is the same)."""
 
@@ -119,6 +131,35 @@ class SFTConfig(Strict):
     max_grad_norm: float | None = 1.0
 
 
+class CurriculumConfig(Strict):
+    """Which items each environment practises (one `CurriculumScheduler` per environment).
+
+    `score` is what updates an item's difficulty estimate: `success` (a rate in [0, 1], what the
+    `frontier` strategy assumes) or the raw `reward`.
+    """
+
+    strategy: Literal["uniform", "easy_first", "competence_based", "frontier"] = "uniform"
+    n_bins: int = Field(5, ge=1)
+    temperature: float = 1.0
+    ema_alpha: float = 0.3
+    competence_threshold: float = 0.5
+    unseen_share: float | None = Field(None, ge=0, le=1)
+    score: Literal["success", "reward"] = "success"
+
+
+class RewardNormConfig(Strict):
+    """Online normalisation of each environment's rewards before group advantages.
+
+    An affine map is undone by per-group z-scoring (`scale_rewards: group`), so it only changes
+    training with `scale_rewards: batch | none`, or through `clip`. Off by default.
+    """
+
+    mode: Literal["zscore", "minmax", "none"] = "none"
+    clip: float | None = Field(5.0, ge=0)
+    warmup: int = Field(10, ge=0)
+    eps: float = Field(1e-8, ge=0)
+
+
 class EvalConfig(Strict):
     """Held-out evaluation: before GRPO (after any warm-start), every `every` steps, and at the end."""
 
@@ -150,20 +191,15 @@ class Config(Strict):
     envs: list[EnvConfig] = Field(default_factory=lambda: [EnvConfig(name="addition")])
     trainer: TrainerConfig = TrainerConfig()
     sft: SFTConfig = SFTConfig()
+    curriculum: CurriculumConfig = CurriculumConfig()
+    reward_norm: RewardNormConfig = RewardNormConfig()
     eval: EvalConfig = EvalConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     logging: LoggingConfig = LoggingConfig()
 
     @model_validator(mode="after")
-    def _unique_env_names(self) -> Config:
-        names = [e.name for e in self.envs]
-        if not names:
-            raise ValueError("at least one environment is needed under 'envs'")
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"environment names must be unique; repeated: {', '.join(dupes)}")
-        if sum(e.min_share for e in self.envs) > 1 + 1e-9:
-            raise ValueError("the environments' min_share values add up to more than 1")
+    def _envs(self) -> Config:
+        check_envs(self.envs)
         return self
 
 

@@ -25,6 +25,7 @@ from honed.envs.base import Environment
 from honed.envs.registry import build_envs as build_config_envs
 from honed.errors import HonedError
 from honed.models.policy import Policy, PolicySampler, SamplingParams
+from honed.rewards import RewardNormalizer
 from honed.rl.evaluate import evaluate
 from honed.rl.schedule import build_lr_scheduler, build_optimizer
 from honed.rl.sft import run_sft
@@ -80,12 +81,12 @@ class GRPOTrainer:
             torch.set_num_threads(config.torch_threads)
         seed_everything(config.seed)
         self.envs = build_envs(config)
-        self.sampler = Sampler(
-            self.envs,
-            {e.name: e.weight for e in config.envs},
-            {e.name: e.min_share for e in config.envs},
-            seed=derive_seed(config.seed, "sampler") % 2**31,
-        )
+        self.sampler = Sampler.from_config(self.envs, config.envs, config.curriculum, config.seed)
+        norm = config.reward_norm
+        self.normalizers = {
+            name: RewardNormalizer(norm.mode, norm.clip, norm.warmup, norm.eps)
+            for name in self.envs
+        }
         self.step = 0
         self.initial_eval: dict[str, float] = {}
         self.warmstart: dict[str, float] = {}
@@ -174,6 +175,8 @@ class GRPOTrainer:
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
             self.sampler.load_state_dict(state["sampler"])
+            for name, normalizer in self.normalizers.items():
+                normalizer.load_state_dict(state["reward_norm"][name])
             set_rng_state(state["rng"])
             self.initial_eval = state["initial_eval"]
             self.warmstart = state.get("warmstart", {})
@@ -192,6 +195,7 @@ class GRPOTrainer:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "sampler": self.sampler.state_dict(),
+            "reward_norm": {name: n.state_dict() for name, n in self.normalizers.items()},
             "rng": rng_state(),
             "initial_eval": self.initial_eval,
             "warmstart": self.warmstart,
@@ -212,7 +216,7 @@ class GRPOTrainer:
     # ------------------------------------------------------------------ one step
 
     def rollout(self, round_index: int, count: int) -> list[Group]:
-        items = self.sampler.next_items(count)
+        items = self.sampler.next_items(count, self.step, self.cfg.max_steps)
         by_env: dict[str, list] = defaultdict(list)
         for item in items:
             by_env[item.env].append(item)
@@ -267,8 +271,7 @@ class GRPOTrainer:
         started = time.perf_counter()
         groups, metrics = self.collect()
         rollout_time = time.perf_counter() - started
-        self.sampler.observe(groups)
-        prepared = prepare(groups, self.cfg)
+        prepared = prepare(groups, self.cfg, self.normalize)
         metrics.update(prepared.metrics)
         update_started = time.perf_counter()
         if prepared.sequences:
@@ -281,6 +284,11 @@ class GRPOTrainer:
         elapsed = time.perf_counter() - started
         metrics.update(self.rollout_metrics(groups))
         metrics.update(self.sampler.metrics())
+        if self.config.reward_norm.mode != "none":
+            for name, normalizer in self.normalizers.items():
+                for key, value in normalizer.metrics_dict().items():
+                    head, _, rest = key.partition("/")
+                    metrics[f"{head}/{name}/{rest}"] = float(value)
         completion_tokens = sum(
             len(s.completion_ids) for g in groups for t in g.trajectories for s in t.segments
         )
@@ -290,6 +298,9 @@ class GRPOTrainer:
         metrics["perf/tokens_per_second"] = completion_tokens / max(elapsed, 1e-9)
         self.log_samples(groups)
         return metrics
+
+    def normalize(self, env: str, rewards: list[float]) -> list[float]:
+        return self.normalizers[env].normalize(rewards)
 
     def rollout_metrics(self, groups: list[Group]) -> dict[str, float]:
         trajs = [(g.env, t) for g in groups for t in g.trajectories]

@@ -8,6 +8,7 @@ steps over them, in micro-batches whose losses sum exactly to the full-batch los
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -70,8 +71,15 @@ def zero_spread(groups: list[Group], cfg: TrainerConfig) -> list[bool]:
     return [s < cfg.zero_std_tolerance for s in stds]
 
 
-def prepare(groups: list[Group], cfg: TrainerConfig) -> Prepared:
+def prepare(
+    groups: list[Group],
+    cfg: TrainerConfig,
+    normalize: Callable[[str, list[float]], list[float]] | None = None,
+) -> Prepared:
+    """Training sequences from groups; `normalize(env, rewards)` maps rewards before advantages."""
     rewards = [unit_rewards(g, cfg) for g in groups]
+    if normalize is not None:
+        rewards = [normalize(g.env, r) for g, r in zip(groups, rewards, strict=True)]
     advantages, stds = compute_advantages(rewards, cfg.scale_rewards)
     zero = [s < cfg.zero_std_tolerance for s in stds]
     sequences: list[TrainSequence] = []

@@ -1,19 +1,23 @@
 """The sampler: which items each step practises.
 
-It decides how many items of a batch each environment gets (the mixture, by weight with a
-guaranteed minimum share) and which training items those are. All randomness comes from its own
-generator, whose state is part of every checkpoint, so a resumed run draws the same items.
+Two decisions per batch, each by a component with its own tests: how many items each
+environment gets (`EnvironmentMixture`: by weight, with a guaranteed minimum share), and which
+training items those are (one `CurriculumScheduler` per environment, fed back each group's mean
+score). All randomness comes from their own generators, whose state is in every checkpoint, so a
+resumed run draws the same items. The GRPO and skill loops share this class.
 """
 
 from __future__ import annotations
 
-import math
-import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from honed.config import CurriculumConfig, EnvConfig
 from honed.envs.base import Environment
-from honed.types import Group, Item
+from honed.errors import HonedError
+from honed.sampling.curriculum import CurriculumScheduler
+from honed.sampling.mixture import EnvironmentMixture
+from honed.types import Group, Item, derive_seed
 
 
 class Sampler:
@@ -23,45 +27,92 @@ class Sampler:
         weights: Mapping[str, float],
         min_share: Mapping[str, float] | None = None,
         seed: int = 0,
+        curriculum: CurriculumConfig | None = None,
     ) -> None:
         self.envs = dict(envs)
-        self.weights = {name: float(weights[name]) for name in self.envs}
-        self.min_share = {name: float((min_share or {}).get(name, 0.0)) for name in self.envs}
-        self.rng = random.Random(seed)
-        self._train = {name: list(env.items("train")) for name, env in self.envs.items()}
-        for name, items in self._train.items():
-            if not items:
-                raise ValueError(f"environment '{name}' has no training items")
+        self.curriculum_config = curriculum or CurriculumConfig()
+        self.mixture = EnvironmentMixture(
+            {name: float(weights[name]) for name in self.envs},
+            {name: float(share) for name, share in (min_share or {}).items() if share},
+            seed=derive_seed(seed, "mixture") % 2**31,
+        )
+        self.items: dict[str, dict[str, Item]] = {}
+        self.curricula: dict[str, CurriculumScheduler] = {}
+        c = self.curriculum_config
+        for name, env in self.envs.items():
+            train = list(env.items("train"))
+            if not train:
+                raise HonedError(f"environment '{name}' has no training items")
+            self.items[name] = {item.key: item for item in train}
+            scheduler = CurriculumScheduler(
+                strategy=c.strategy,
+                n_bins=c.n_bins,
+                temperature=c.temperature,
+                ema_alpha=c.ema_alpha,
+                competence_threshold=c.competence_threshold,
+                unseen_share=c.unseen_share,
+                seed=derive_seed(seed, "curriculum", name) % 2**31,
+            )
+            scheduler.register_items(self.items[name])
+            self.curricula[name] = scheduler
 
-    def allocate(self, n: int) -> dict[str, int]:
-        """Items per environment: each gets ⌈min_share·n⌉ first, the rest by weight."""
-        counts = {name: min(n, math.ceil(share * n)) for name, share in self.min_share.items()}
-        names = list(self.envs)
-        total_w = [self.weights[k] for k in names]
-        for _ in range(max(0, n - sum(counts.values()))):
-            counts[self.rng.choices(names, weights=total_w)[0]] += 1
-        return counts
+    @classmethod
+    def from_config(
+        cls,
+        envs: Mapping[str, Environment],
+        env_configs: Sequence[EnvConfig],
+        curriculum: CurriculumConfig,
+        seed: int,
+    ) -> Sampler:
+        try:
+            return cls(
+                envs,
+                {e.name: e.weight for e in env_configs},
+                {e.name: e.min_share for e in env_configs},
+                seed=derive_seed(seed, "sampler") % 2**31,
+                curriculum=curriculum,
+            )
+        except ValueError as exc:
+            raise HonedError(str(exc)) from None
 
-    def next_items(self, n: int) -> list[Item]:
-        """`n` training items, grouped by environment in config order."""
+    def next_items(self, n: int, step: int = 0, total_steps: int = 1) -> list[Item]:
+        """`n` training items (with replacement), grouped by environment in config order."""
         out: list[Item] = []
-        for name, count in self.allocate(n).items():
-            pool = self._train[name]
-            out += [pool[self.rng.randrange(len(pool))] for _ in range(count)]
+        for name, count in self.mixture.allocate(n).items():
+            curriculum, items = self.curricula[name], self.items[name]
+            out += [items[curriculum.sample_item(step, total_steps)] for _ in range(count)]
         return out
 
     def observe(self, groups: Sequence[Group]) -> None:
-        """Feedback from scored groups (used by curricula)."""
+        """Feed each group's scores to its environment's curriculum.
+
+        The curriculum tracks exact-task success by default (a rate in [0, 1], which the
+        `frontier` strategy needs); `curriculum.score: reward` tracks the raw reward instead.
+        """
+        use_reward = self.curriculum_config.score == "reward"
+        for g in groups:
+            curriculum = self.curricula.get(g.env)
+            if curriculum is None:
+                continue
+            scores = [t.reward if use_reward else t.success for t in g.trajectories]
+            curriculum.update_batch(g.item_key, scores)
 
     def metrics(self) -> dict[str, float]:
-        return {}
+        """Mixture shares and each curriculum's metrics, keyed `curriculum/<env>/...`."""
+        out = dict(self.mixture.metrics_dict())
+        for name, curriculum in self.curricula.items():
+            for key, value in curriculum.metrics_dict().items():
+                head, _, rest = key.partition("/")
+                out[f"{head}/{name}/{rest}"] = float(value)
+        return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"rng": self.rng.getstate()}
+        return {
+            "mixture": self.mixture.state_dict(),
+            "curricula": {name: c.state_dict() for name, c in self.curricula.items()},
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.rng.setstate(_as_tuple(state["rng"]))
-
-
-def _as_tuple(value: Any) -> Any:
-    return tuple(_as_tuple(v) for v in value) if isinstance(value, list | tuple) else value
+        self.mixture.load_state_dict(state["mixture"])
+        for name, curriculum in self.curricula.items():
+            curriculum.load_state_dict(state["curricula"][name])

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from honed.config import EnvConfig, Strict, load_model
+from honed.config import CurriculumConfig, EnvConfig, Strict, check_envs, load_model
 from honed.errors import HonedError
 from honed.models.chat import ChatModelConfig
 from honed.skills.schedule import build_scheduler
@@ -128,6 +128,7 @@ class SkillsConfig(Strict):
     seed: int = 0
     run_dir: str | None = None
     envs: list[EnvConfig]
+    curriculum: CurriculumConfig = CurriculumConfig()
     target: ChatModelConfig
     optimizer: ChatModelConfig
     skill: SkillConfig = SkillConfig()
@@ -139,14 +140,7 @@ class SkillsConfig(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> SkillsConfig:
-        names = [e.name for e in self.envs]
-        if not names:
-            raise ValueError("at least one environment is needed under 'envs'")
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"environment names must be unique; repeated: {', '.join(dupes)}")
-        if sum(e.min_share for e in self.envs) > 1 + 1e-9:
-            raise ValueError("the environments' min_share values add up to more than 1")
+        check_envs(self.envs)
         s = self.schedule
         try:  # the schedule's own checks, with its own messages
             build_scheduler(s.mode, s.max_lr, s.min_lr, s.total_steps or 10**9, s.warmup_steps)

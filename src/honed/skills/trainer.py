@@ -95,15 +95,7 @@ class SkillTrainer:
         self.usage = UsageMeter()
         self.target = ChatClient(config.target, self.usage)
         self.optimizer = ChatClient(config.optimizer, self.usage)
-        try:
-            self.sampler = Sampler(
-                self.envs,
-                {e.name: e.weight for e in config.envs},
-                {e.name: e.min_share for e in config.envs},
-                seed=derive_seed(config.seed, "sampler") % 2**31,
-            )
-        except ValueError as exc:
-            raise HonedError(str(exc)) from None
+        self.sampler = Sampler.from_config(self.envs, config.envs, config.curriculum, config.seed)
         train_items = sum(len(env.items("train")) for env in self.envs.values())
         self.steps_per_epoch, self.total_steps = config.total_steps(train_items)
         s = config.schedule
@@ -252,7 +244,7 @@ class SkillTrainer:
         cfg = self.config
         step = self.step + 1
         budget = self.scheduler.step()
-        items = self.sampler.next_items(cfg.train.batch_size)
+        items = self.sampler.next_items(cfg.train.batch_size, self.step, self.total_steps)
         rollouts = self.runner.run(self.current, items, "rollout")
         self.sampler.observe(_groups(rollouts, {(i.env, i.key): i for i in items}))
 
