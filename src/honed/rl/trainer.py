@@ -277,9 +277,7 @@ class GRPOTrainer:
         if prepared.sequences:
             metrics.update(self.update.step(prepared.sequences))
         else:
-            metrics["learning_rate"] = self.optimizer.param_groups[0]["lr"]
-            self.scheduler.step()
-            metrics["update/skipped"] = 1.0
+            metrics.update(self.update.skip())
         self.step += 1
         elapsed = time.perf_counter() - started
         metrics.update(self.rollout_metrics(groups))

@@ -152,6 +152,18 @@ class PolicyUpdate:
         self.scheduler.step()
         return stats
 
+    def skip(self) -> dict[str, float]:
+        """A step with nothing to learn (every group filtered): the schedule still advances.
+
+        The optimizer step is a no-op (no parameter has a gradient) and keeps torch's scheduler
+        from warning that it was stepped first.
+        """
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.step()
+        self.scheduler.step()
+        return {"learning_rate": lr, "update/skipped": 1.0}
+
     def _one_step(
         self, sequences: list[TrainSequence], weights: list[torch.Tensor], on_policy: bool
     ) -> dict[str, float]:

@@ -1,0 +1,218 @@
+"""The classic GRPO bugs: advantages across groups, micro-batch-dependent normalisation, an
+on-policy ratio that is not 1, wrong clipping, a KL that is not zero at the reference."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+
+from honed.config import TrainerConfig
+from honed.models.policy import PolicySampler, SamplingParams, make_batch
+from honed.rl.advantages import compute_advantages, group_units
+from honed.rl.loss import LOSS_TYPES, clipped_surrogate, kl_penalty, token_weights
+from honed.rl.update import PolicyUpdate, TrainSequence, prepare
+from honed.types import Group, Segment, Trajectory
+
+
+def _traj(reward: float, seg_rewards: list[float | None] | None = None) -> Trajectory:
+    segs = [Segment([1, 5], [6, 2], [-0.5, -0.1], reward=r) for r in (seg_rewards or [None])]
+    return Trajectory(segments=segs, reward=reward)
+
+
+def _group(rewards: list[float], key: str = "k") -> Group:
+    return Group("env", key, [_traj(r) for r in rewards])
+
+
+# ----------------------------------------------------------------------------- advantages
+
+
+def test_advantages_are_computed_within_each_group_not_across_the_batch():
+    easy = [1.0, 1.0, 1.0, 0.0]
+    hard = [0.0, 0.0, 0.0, 1.0]
+    adv, stds = compute_advantages([easy, hard], "group")
+    # Each group is centred on its own mean: the easy group's failure is negative and the hard
+    # group's success positive, whatever the other group holds.
+    for a in adv:
+        assert sum(a) == pytest.approx(0.0, abs=1e-12)
+    std = torch.tensor(easy).std().item()
+    assert adv[0][3] == pytest.approx((0.0 - 0.75) / (std + 1e-4))
+    assert adv[1][3] == pytest.approx((1.0 - 0.25) / (std + 1e-4))
+    # Batch centring would make the easy group's successes and the hard one's failures equal.
+    assert adv[0][0] > 0 > adv[1][0]
+    assert stds[0] == pytest.approx(std)
+
+
+def test_scale_rewards_none_only_centres_and_batch_uses_the_batch_std():
+    groups = [[1.0, 0.0, 0.0, 0.0], [2.0, 2.0, 2.0, 6.0]]
+    none, _ = compute_advantages(groups, "none")
+    assert none[0] == pytest.approx([0.75, -0.25, -0.25, -0.25])
+    assert none[1] == pytest.approx([-1.0, -1.0, -1.0, 3.0])
+    batch, _ = compute_advantages(groups, "batch")
+    std = torch.tensor(groups[0] + groups[1]).std().item()
+    assert batch[1][3] == pytest.approx(3.0 / (std + 1e-4))
+    with pytest.raises(ValueError, match="scale_rewards"):
+        compute_advantages(groups, "whatever")
+
+
+def test_segment_rewards_make_every_segment_of_the_group_a_unit():
+    group = Group("memory", "inst", [_traj(0.5, [1.0, 0.0]), _traj(0.5, [0.0, 0.0])])
+    units = group_units(group)
+    assert units.rewards == [1.0, 0.0, 0.0, 0.0]
+    assert units.members == [[(0, 0)], [(0, 1)], [(1, 0)], [(1, 1)]]
+    plain = Group("env", "k", [_traj(1.0, [None, None]), _traj(0.0, [None, None])])
+    assert group_units(plain).rewards == [1.0, 0.0]
+    assert group_units(plain).members == [[(0, 0), (0, 1)], [(1, 0), (1, 1)]]
+
+
+def test_zero_spread_groups_are_filtered_with_a_tolerance():
+    cfg = TrainerConfig(zero_std_tolerance=1e-6)
+    flat = _group([1.0, 1.0, 1.0, 1.0], "flat")
+    noisy_flat = _group([0.5, 0.5 + 1e-9, 0.5, 0.5], "fp-noise")
+    useful = _group([1.0, 0.0, 1.0, 0.0], "useful")
+    prepared = prepare([flat, noisy_flat, useful], cfg)
+    assert prepared.zero_std == [True, True, False]
+    assert [g.item_key for g in prepared.kept_groups] == ["useful"]
+    assert len(prepared.sequences) == 4
+    assert prepared.metrics["frac_reward_zero_std"] == pytest.approx(2 / 3)
+    kept = prepare([flat, useful], cfg.model_copy(update={"filter_zero_std": False}))
+    assert len(kept.sequences) == 8
+
+
+def test_truncated_completions_can_be_masked_out_of_the_loss():
+    group = _group([1.0, 0.0])
+    group.trajectories[1].segments[0].truncated = True
+    cfg = TrainerConfig(mask_truncated_completions=True)
+    seqs = prepare([group], cfg).sequences
+    assert seqs[0].mask == [1, 1] and seqs[1].mask == [0, 0]
+
+
+def test_soft_overlong_penalty_lowers_long_completions_rewards():
+    from honed.rl.update import overlong_penalty
+
+    assert overlong_penalty(10, 20, 5, 1.0) == 0.0
+    assert overlong_penalty(15, 20, 5, 1.0) == 0.0
+    assert overlong_penalty(18, 20, 5, 1.0) == pytest.approx(-0.6)
+    assert overlong_penalty(20, 20, 5, 0.5) == pytest.approx(-0.5)
+    assert overlong_penalty(20, 20, 0, 1.0) == 0.0
+
+
+# ----------------------------------------------------------------------------- the surrogate
+
+
+def test_clipping_by_hand_with_positive_and_negative_advantages():
+    # ratios e^{log π - log π_old}: 0.5, 1.0, 1.5 for each of two sequences
+    old = torch.zeros(2, 3)
+    logp = torch.log(torch.tensor([[0.5, 1.0, 1.5], [0.5, 1.0, 1.5]]))
+    adv = torch.tensor([2.0, -1.0])
+    out = clipped_surrogate(logp, old, adv, epsilon_low=0.2, epsilon_high=0.28)
+    # A > 0: min(ρA, clip(ρ)A) = [min(1, 1.6), 2, min(3, 2.56)] = [1, 2, 2.56]
+    # A < 0: min(ρA, clip(ρ)A) = [min(-0.5, -0.8), -1, min(-1.5, -1.28)] = [-0.8, -1, -1.5]
+    expected = -torch.tensor([[1.0, 2.0, 2.56], [-0.8, -1.0, -1.5]])
+    assert torch.allclose(out.per_token_loss, expected, atol=1e-6)
+    # clipping took the gradient away only where the clipped branch won
+    assert out.high_clipped.tolist() == [[False, False, True], [False, False, False]]
+    assert out.low_clipped.tolist() == [[False, False, False], [True, False, False]]
+    logp = logp.clone().requires_grad_(True)
+    clipped_surrogate(logp, old, adv, 0.2, 0.28).per_token_loss.sum().backward()
+    grad = logp.grad
+    assert grad[0, 2] == 0 and grad[1, 0] == 0  # clipped: no gradient
+    assert grad[0, 0] == pytest.approx(-2.0 * 0.5)  # -A·ρ where the ratio is inside
+    assert grad[1, 2] == pytest.approx(1.0 * 1.5)  # A < 0 above 1+ε is never clipped
+
+
+def test_k1_and_k3_are_zero_when_the_policy_is_the_reference():
+    logp = torch.log(torch.tensor([[0.1, 0.7, 0.2]]))
+    for est in ("k1", "k3"):
+        assert torch.equal(kl_penalty(logp, logp.clone(), est), torch.zeros_like(logp))
+    other = logp + torch.tensor([[0.3, -0.2, 0.1]])
+    assert (kl_penalty(other, logp, "k3") > 0).all()
+    with pytest.raises(ValueError, match="k1 or k3"):
+        kl_penalty(logp, logp, "k2")
+
+
+# ----------------------------------------------------------------------------- normalisation
+
+
+def _sequences(small_policy, n: int = 8) -> list[TrainSequence]:
+    sampler = PolicySampler(small_policy, SamplingParams(1.0, 1.0, 6))
+    prompts = [f"{i}+{i + 1}=" for i in range(n)]
+    samples = sampler.generate(prompts, list(range(n)))
+    adv = torch.linspace(-1.5, 1.5, n).tolist()
+    return [
+        TrainSequence(s.prompt_ids, s.completion_ids, [1] * len(s.completion_ids), s.logprobs, a)
+        for s, a in zip(samples, adv, strict=True)
+    ]
+
+
+def _grad(policy, seqs, **cfg) -> torch.Tensor:
+    model = copy.deepcopy(policy.model)
+    clone = copy.copy(policy)
+    clone.model = model
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+    config = TrainerConfig(max_completion_length=6, max_grad_norm=None, **cfg)
+    PolicyUpdate(clone, opt, sched, config).step(seqs)
+    return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_gradient_is_the_same_with_one_micro_batch_or_four(small_policy, loss_type):
+    seqs = _sequences(small_policy)
+    assert len({len(s.completion_ids) for s in seqs}) > 1, "lengths must differ to catch bugs"
+    whole = _grad(small_policy, seqs, loss_type=loss_type, micro_batch_size=None)
+    split = _grad(small_policy, seqs, loss_type=loss_type, micro_batch_size=2)
+    assert whole.abs().max() > 0
+    assert torch.allclose(whole, split, atol=1e-6, rtol=0)
+
+
+def test_loss_type_weights_match_their_definitions():
+    masks = [torch.tensor([1.0, 1.0, 0.0]), torch.tensor([1.0, 1.0, 1.0]), torch.zeros(3)]
+    grpo = token_weights(masks, "grpo", 10)
+    assert grpo[0].tolist() == pytest.approx([1 / 4, 1 / 4, 0])  # 1 / (|o_1| · N=2)
+    assert grpo[1].tolist() == pytest.approx([1 / 6] * 3)
+    assert grpo[2].tolist() == [0, 0, 0]
+    for name in ("dapo", "bnpo"):
+        assert token_weights(masks, name, 10)[1].tolist() == pytest.approx([1 / 5] * 3)
+    assert token_weights(masks, "dr_grpo", 10)[0].tolist() == pytest.approx([1 / 20, 1 / 20, 0])
+
+
+def test_on_policy_ratio_is_exactly_one_and_nothing_is_clipped(small_policy):
+    seqs = _sequences(small_policy)
+    opt = torch.optim.SGD(small_policy.model.parameters(), lr=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+    cfg = TrainerConfig(max_completion_length=6, epsilon=0.0, epsilon_high=0.0)
+    stats = PolicyUpdate(small_policy, opt, sched, cfg).step(seqs)
+    # even with a zero-width clip range nothing is clipped: the ratio is 1 in value
+    assert stats["ratio/mean"] == 1.0
+    assert stats["clip_ratio/region_mean"] == 0.0
+
+
+def test_behaviour_logprobs_from_sampling_match_a_fresh_forward_pass(small_policy):
+    seqs = _sequences(small_policy)
+    batch = make_batch(
+        [s.prompt_ids for s in seqs],
+        [s.completion_ids for s in seqs],
+        [s.mask for s in seqs],
+        small_policy.pad_id,
+    )
+    with torch.no_grad():
+        logp, _ = small_policy.completion_logprobs(batch)
+    for row, s in enumerate(seqs):
+        n = len(s.completion_ids)
+        assert torch.allclose(logp[row, :n], torch.tensor(s.old_logprobs), atol=1e-4)
+
+
+def test_kl_term_is_zero_at_the_reference_and_penalises_drift(small_policy):
+    seqs = _sequences(small_policy)
+    ref = copy.deepcopy(small_policy.model)
+    opt = torch.optim.SGD(small_policy.model.parameters(), lr=0.05)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+    cfg = TrainerConfig(max_completion_length=6, beta=0.1, kl_estimator="k3")
+    update = PolicyUpdate(small_policy, opt, sched, cfg, reference=ref)
+    first = update.step(seqs)
+    assert first["kl"] == 0.0
+    second = update.step(seqs)
+    assert second["kl"] > 0.0 and math.isfinite(second["kl"])

@@ -1,0 +1,197 @@
+"""End-to-end GRPO runs on a very small policy: run files, resume, checkpoints, the CLI path."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+from tiny_run import small_config, small_config_data, spread_env_data, write_config
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from honed.cli import main
+from honed.rl.trainer import GRPOTrainer
+from honed.runs.rundir import RunDir
+
+
+def _weights(path) -> dict[str, torch.Tensor]:
+    return load_file(str(path / "model.safetensors"))
+
+
+def test_a_run_writes_every_file_and_summary(tmp_path):
+    assert main(["train", str(write_config(tmp_path)), "--quiet"]) == 0
+    run = RunDir(tmp_path / "run")
+    for name in ("config.yaml", "metrics.jsonl", "samples.jsonl", "summary.json", "reward.png"):
+        assert (run.path / name).is_file(), name
+    resolved = yaml.safe_load(run.config_path.read_text())
+    assert resolved["trainer"]["loss_type"] == "dapo"  # defaults are spelled out
+    rows = run.read_jsonl(run.metrics_path)
+    steps = [r for r in rows if "reward/mean" in r]
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    for key in (
+        "reward/std",
+        "reward/addition/mean",
+        "frac_reward_zero_std",
+        "clip_ratio/low_mean",
+        "clip_ratio/high_mean",
+        "kl",
+        "entropy",
+        "completions/mean_length",
+        "completions/max_length",
+        "completions/truncated_frac",
+        "grad_norm",
+        "learning_rate",
+        "perf/tokens_per_second",
+        "perf/step_time",
+        "curriculum/addition/items_tracked",
+    ):
+        assert key in steps[0], key
+    summary = json.loads(run.summary_path.read_text())
+    assert "accuracy" in summary["initial_eval"] and "accuracy" in summary["final_eval"]
+    assert summary["steps"] == 4
+    samples = run.read_jsonl(run.samples_path)
+    assert samples and {"prompt", "completion", "reward", "group_rewards"} <= set(samples[0])
+    assert [s for s, _ in run.step_checkpoints()] == [2, 4]
+
+
+def test_resume_ends_with_the_same_weights_as_an_uninterrupted_run(tmp_path):
+    extra = (
+        "curriculum.strategy=frontier",
+        "reward_norm.mode=zscore",
+        "reward_norm.warmup=4",
+        "trainer.scale_rewards=none",
+        "trainer.warmup_steps=2",
+        # without clipping the gradient's scale (hence the normaliser's state) reaches the weights
+        "trainer.max_grad_norm=null",
+    )
+
+    def config(sub: str, *more: str):
+        return small_config(tmp_path / sub, *extra, *more, data=spread_env_data(tmp_path / sub))
+
+    straight = GRPOTrainer(config("a"), RunDir(tmp_path / "a/run"))
+    straight.train()
+    half = GRPOTrainer(config("b", "trainer.max_steps=2"), RunDir(tmp_path / "b/run"))
+    half.train()
+    resumed = GRPOTrainer(config("b"), RunDir(tmp_path / "b/run"))
+    resumed.train(resume=True)
+    rows = resumed.run.read_jsonl(resumed.run.metrics_path)
+    trained = [r["groups/trained"] for r in rows if "groups/trained" in r]
+    assert len(trained) == 4 and sum(trained) >= 10, trained
+    a = _weights(tmp_path / "a/run/checkpoints/step_4")
+    b = _weights(tmp_path / "b/run/checkpoints/step_4")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    # the logs continue without duplicated steps
+    steps = [
+        r["step"]
+        for r in RunDir(tmp_path / "b/run").read_jsonl(tmp_path / "b/run/metrics.jsonl")
+        if "reward/mean" in r
+    ]
+    assert steps == [1, 2, 3, 4]
+    assert straight.sampler.state_dict() == resumed.sampler.state_dict()
+
+
+def test_a_checkpoint_loads_with_plain_transformers_and_generates(tmp_path):
+    assert main(["train", str(write_config(tmp_path)), "--quiet"]) == 0
+    ckpt = tmp_path / "run/checkpoints/step_4"
+    model = AutoModelForCausalLM.from_pretrained(ckpt)
+    tokenizer = AutoTokenizer.from_pretrained(ckpt)
+    inputs = tokenizer("3+4=", return_tensors="pt")
+    out = model.generate(**inputs, max_new_tokens=3, do_sample=False)
+    assert out.shape[1] > inputs["input_ids"].shape[1]
+    assert isinstance(tokenizer.decode(out[0], skip_special_tokens=True), str)
+
+
+def test_warm_start_then_grpo_and_eval_command(tmp_path):
+    data = small_config_data(tmp_path)
+    data["sft"] = {"steps": 5, "batch_size": 8, "learning_rate": 1e-3}
+    path = write_config(tmp_path, data)
+    assert main(["train", str(path), "--quiet"]) == 0
+    run = tmp_path / "run"
+    assert (run / "checkpoints/warmstart/config.json").is_file()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["warmstart"]["sft/steps"] == 5
+    assert main(["eval", str(run), "--split", "validation", "--quiet"]) == 0
+    report = json.loads((run / "eval/step_4_validation.json").read_text())
+    assert report["split"] == "validation" and 0.0 <= report["accuracy"] <= 1.0
+
+
+def test_beta_zero_loads_no_reference_model(tmp_path):
+    trainer = GRPOTrainer(small_config(tmp_path), RunDir(tmp_path / "run"))
+    trainer.setup(resume=False)
+    assert trainer.update.reference is None
+    trainer = GRPOTrainer(small_config(tmp_path, "trainer.beta=0.05"), RunDir(tmp_path / "r2"))
+    trainer.setup(resume=False)
+    assert trainer.update.reference is not None
+    assert not any(p.requires_grad for p in trainer.update.reference.parameters())
+
+
+def test_dynamic_sampling_keeps_drawing_until_groups_have_spread(tmp_path):
+    cfg = small_config(
+        tmp_path,
+        "trainer.dynamic_sampling=true",
+        "trainer.max_sampling_rounds=3",
+        "trainer.max_steps=2",
+    )
+    trainer = GRPOTrainer(cfg, RunDir(tmp_path / "run"))
+    trainer.train()
+    rows = [r for r in trainer.run.read_jsonl(trainer.run.metrics_path) if "reward/mean" in r]
+    for r in rows:
+        assert 1 <= r["sampling/rounds"] <= 3
+        assert r["sampling/groups_drawn"] >= 4
+        # a batch never grows beyond prompts_per_step groups
+        assert r["groups/trained"] + r["groups/filtered"] == 4
+
+
+def test_user_model_directory_and_dataset_environment(tmp_path, small_policy):
+    model_dir = tmp_path / "my-model"
+    small_policy.save(model_dir)
+    rows = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(10) for b in range(10)]
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "my_reward.py").write_text(
+        "def exact(completions, answer, **kw):\n"
+        "    return [float(c.strip() == a) for c, a in zip(completions, answer)]\n"
+    )
+    data = small_config_data(tmp_path)
+    data["envs"] = [
+        {
+            "name": "sums",
+            "type": "dataset",
+            "args": {
+                "path": str(tmp_path / "data.jsonl"),
+                "reward": f"{tmp_path / 'my_reward.py'}:exact",
+                "test_fraction": 0.2,
+            },
+        }
+    ]
+    path = write_config(tmp_path, data)
+    assert main(["train", str(path), "-o", f"policy.model={model_dir}", "--quiet"]) == 0
+    summary = json.loads((tmp_path / "run/summary.json").read_text())
+    assert "sums/accuracy" in summary["final_eval"]
+
+
+def test_interrupt_writes_a_checkpoint_and_resume_continues(tmp_path, monkeypatch):
+    cfg = small_config(tmp_path, "checkpoint.every=0")
+    trainer = GRPOTrainer(cfg, RunDir(tmp_path / "run"))
+    calls = {"n": 0}
+    real_step = trainer.train_step
+
+    def step_then_interrupt():
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real_step()
+
+    monkeypatch.setattr(trainer, "train_step", step_then_interrupt)
+    from honed.rl.trainer import TrainingInterrupted
+
+    with pytest.raises(TrainingInterrupted) as stop:
+        trainer.train()
+    assert stop.value.step == 2
+    assert (tmp_path / "run/checkpoints/step_2/trainer_state.pt").is_file()
+    again = GRPOTrainer(cfg, RunDir(tmp_path / "run"))
+    again.train(resume=True)
+    assert again.step == 4

@@ -1,0 +1,89 @@
+"""Configs for GRPO runs small enough to train in seconds in a test."""
+
+from __future__ import annotations
+
+import yaml
+
+from honed.config import Config, load_config
+from honed.envs.base import SingleTurnEnv
+from honed.types import Item, Score
+
+SMALL_MODEL = {
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 64,
+    "max_position_embeddings": 128,
+}
+
+
+def small_config_data(tmp_path) -> dict:
+    return {
+        "seed": 0,
+        "policy": {"model": "tiny", "tiny": SMALL_MODEL},
+        "envs": [
+            {
+                "name": "addition",
+                "args": {
+                    "levels": [1],
+                    "train_size": 60,
+                    "test_size": 16,
+                    "validation_size": 8,
+                    # partial credit gives an untrained policy's groups some spread
+                    "partial_credit": 0.5,
+                },
+            }
+        ],
+        "trainer": {
+            "max_steps": 4,
+            "prompts_per_step": 4,
+            "num_generations": 4,
+            "learning_rate": 1e-3,
+            "max_completion_length": 4,
+        },
+        "eval": {"num_items": 8},
+        "checkpoint": {"every": 2, "keep_last": 5},
+        "logging": {"progress": False},
+        "run_dir": str(tmp_path / "run"),
+    }
+
+
+def write_config(tmp_path, data: dict | None = None, name: str = "config.yaml"):
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data or small_config_data(tmp_path)))
+    return path
+
+
+def small_config(tmp_path, *overrides: str, data: dict | None = None) -> Config:
+    """A GRPO config (1-digit addition by default) that runs a step in well under a second."""
+    return load_config(write_config(tmp_path, data), list(overrides))
+
+
+class DigitShareEnv(SingleTurnEnv):
+    """Reward = share of digits in the completion plus a little for its length: an untrained
+    policy's groups (nearly) always spread, so every step of a short test run really updates the
+    weights. Loaded through the user path, `type: tiny_run:DigitShareEnv`."""
+
+    def __init__(self, name: str, seed: int = 0) -> None:
+        super().__init__(name)
+        self._items = {
+            split: [Item(f"{name}:{split}{i}", name, {"i": i}) for i in range(20)]
+            for split in ("train", "validation", "test")
+        }
+
+    def items(self, split: str) -> list[Item]:
+        return self._items[split]
+
+    def prompt(self, item: Item) -> str:
+        return f"{item.data['i']}:"
+
+    def score(self, item: Item, completion: str) -> Score:
+        share = sum(c.isdigit() for c in completion) / max(1, len(completion))
+        return Score(reward=share + 0.1 * len(completion), success=float(share == 1.0))
+
+
+def spread_env_data(tmp_path) -> dict:
+    data = small_config_data(tmp_path)
+    data["envs"] = [{"name": "digits", "type": "tiny_run:DigitShareEnv"}]
+    return data
