@@ -183,20 +183,25 @@ class Policy:
     def generate(
         self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], params: SamplingParams
     ) -> list[Sample]:
-        """Sample one completion per prompt; row i's randomness comes from `seeds[i]` alone."""
+        """Sample one completion per prompt; row i's randomness comes from `seeds[i]` alone.
+
+        Identical prompts (a GRPO group) are prefilled once and their KV cache shared; rows that
+        have stopped leave the batch, so long stragglers do not drag finished rows along.
+        """
         if len(prompts) != len(seeds):
             raise ValueError("generate needs exactly one seed per prompt")
         if not prompts:
             return []
         batch = len(prompts)
         steps = params.max_tokens
-        greedy = params.temperature == 0
         uniforms = None
-        if not greedy:
+        if params.temperature != 0:
             uniforms = torch.stack(
                 [torch.rand(steps, generator=torch.Generator().manual_seed(int(s))) for s in seeds]
             )
-        input_ids, attention = left_pad(prompts, self.pad_id)
+        distinct: dict[tuple[int, ...], int] = {}
+        row_prompt = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+        input_ids, attention = left_pad(list(distinct), self.pad_id)
         positions = (attention.cumsum(-1) - 1).clamp_min(0)
         cache = DynamicCache(config=self.model.config)
         out = self.model(
@@ -207,26 +212,36 @@ class Policy:
             use_cache=True,
             logits_to_keep=1,
         )
+        logits = out.logits[:, -1, :].float()
         next_pos = positions[:, -1] + 1
+        if len(distinct) < batch:
+            index = torch.as_tensor(row_prompt, dtype=torch.long)
+            cache.reorder_cache(index)
+            logits, attention, next_pos = logits[index], attention[index], next_pos[index]
         tokens = torch.full((batch, steps), self.pad_id, dtype=torch.long)
         logprobs = torch.zeros((batch, steps), dtype=torch.float32)
         lengths = torch.full((batch,), steps, dtype=torch.long)
-        done = torch.zeros(batch, dtype=torch.bool)
+        active = torch.arange(batch)  # the original row of each row still in the batch
         stop_ids = torch.as_tensor(self.stop_ids, dtype=torch.long)
-        ones = torch.ones((batch, 1), dtype=attention.dtype)
         for t in range(steps):
-            logits = out.logits[:, -1, :].float()
-            u = None if uniforms is None else uniforms[:, t]
+            u = None if uniforms is None else uniforms[active, t]
             tok, lp = _pick(logits, u, params)
-            tok = torch.where(done, self.pad_id, tok)
-            tokens[:, t] = tok
-            logprobs[:, t] = lp
-            finished = ~done & torch.isin(tok, stop_ids)
-            lengths[finished] = t + 1
-            done |= finished
-            if bool(done.all()) or t == steps - 1:
+            tokens[active, t] = tok
+            logprobs[active, t] = lp
+            finished = torch.isin(tok, stop_ids)
+            lengths[active[finished]] = t + 1
+            if t == steps - 1 or bool(finished.all()):
                 break
-            attention = torch.cat([attention, ones], dim=1)
+            if bool(finished.any()):
+                keep = (~finished).nonzero().squeeze(1)
+                cache.reorder_cache(keep)
+                active, tok, attention, next_pos = (
+                    active[keep],
+                    tok[keep],
+                    attention[keep],
+                    next_pos[keep],
+                )
+            attention = torch.cat([attention, attention.new_ones((len(active), 1))], dim=1)
             out = self.model(
                 input_ids=tok[:, None],
                 attention_mask=attention,
@@ -234,6 +249,7 @@ class Policy:
                 past_key_values=cache,
                 use_cache=True,
             )
+            logits = out.logits[:, -1, :].float()
             next_pos = next_pos + 1
         samples = []
         for i in range(batch):
