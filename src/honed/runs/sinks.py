@@ -97,6 +97,9 @@ class MlflowSink:
             ) from exc
         self.mlflow = mlflow
         if "MLFLOW_TRACKING_URI" not in os.environ:
+            # Offline by default, like W&B: a file store inside the run directory (MLflow asks
+            # for an explicit opt-in to its file store). MLFLOW_TRACKING_URI picks a server.
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
             mlflow.set_tracking_uri((run.path / "mlruns").resolve().as_uri())
         mlflow.start_run(run_name=run.path.name)
         mlflow.log_params({"seed": config.seed, "policy": config.policy.model})
