@@ -19,7 +19,7 @@ $(VENV)/.dev: pyproject.toml constraints.txt | $(BIN)/python
 	@touch $(VENV)/.core $@
 
 quickstart: $(VENV)/.core
-	$(BIN)/honed train examples/quickstart.yaml --run-dir runs/quickstart
+	$(BIN)/honed train examples/quickstart.yaml --run-dir runs/quickstart --overwrite
 
 test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q

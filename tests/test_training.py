@@ -92,6 +92,8 @@ def test_resume_ends_with_the_same_weights_as_an_uninterrupted_run(tmp_path):
     ]
     assert steps == [1, 2, 3, 4]
     assert straight.sampler.state_dict() == resumed.sampler.state_dict()
+    # the curriculum saw every group of the four steps
+    assert resumed.sampler.curricula["digits"].metrics_dict()["curriculum/total_updates"] == 16
 
 
 def test_a_checkpoint_loads_with_plain_transformers_and_generates(tmp_path):

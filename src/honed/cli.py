@@ -173,8 +173,30 @@ def cmd_train(args: argparse.Namespace) -> int:
     reporter.comparison(
         f"held-out {config.eval.split} evaluation", summary["initial_eval"], summary["final_eval"]
     )
+    reporter.table(
+        f"training by environment (curriculum: {config.curriculum.strategy})",
+        [
+            "environment",
+            "reward, first 10 steps",
+            "reward, last 10 steps",
+            "items per bin (easy→hard)",
+        ],
+        [
+            [
+                name,
+                _fmt(env["train_reward_first_10"]),
+                _fmt(env["train_reward_last_10"]),
+                " ".join(map(str, env["curriculum_bins"])),
+            ]
+            for name, env in summary["environments"].items()
+        ],
+    )
     reporter.note(f"summary: {run.summary_path}")
     return 0
+
+
+def _fmt(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
 
 
 def cmd_sft(args: argparse.Namespace) -> int:

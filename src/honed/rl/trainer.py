@@ -237,6 +237,8 @@ class GRPOTrainer:
                             f"for item '{g.item_key}'"
                         )
             groups += out
+        # Every drawn group informs the curricula, also those dynamic sampling then drops.
+        self.sampler.observe(groups)
         return groups
 
     def collect(self) -> tuple[list[Group], dict[str, float]]:
@@ -386,18 +388,39 @@ class GRPOTrainer:
 
     def summary(self, final_eval: dict[str, float], seconds: float) -> dict[str, Any]:
         rows = self.run.read_jsonl(self.run.metrics_path)
-        rewards = [r["reward/mean"] for r in rows if "reward/mean" in r]
-        head, tail = rewards[:10], rewards[-10:]
         latest = self.run.latest_checkpoint()
+        environments = {}
+        for name, curriculum in self.sampler.curricula.items():
+            env_head, env_tail = _head_tail(rows, f"reward/{name}/mean")
+            bins = curriculum.metrics_dict()
+            environments[name] = {
+                "train_reward_first_10": env_head,
+                "train_reward_last_10": env_tail,
+                "curriculum_bins": [
+                    int(bins[f"curriculum/bin_{i}_count"]) for i in range(curriculum.n_bins)
+                ],
+                "items_tracked": curriculum.n_items_tracked,
+            }
+        head, tail = _head_tail(rows, "reward/mean")
         return {
             "steps": self.step,
             "initial_eval": self.initial_eval,
             "final_eval": final_eval,
             "accuracy_gain": final_eval["accuracy"] - self.initial_eval.get("accuracy", 0.0),
-            "train_reward_first_10": sum(head) / len(head) if head else None,
-            "train_reward_last_10": sum(tail) / len(tail) if tail else None,
+            "train_reward_first_10": head,
+            "train_reward_last_10": tail,
+            "environments": environments,
             "warmstart": self.warmstart,
             "eval_split": self.config.eval.split,
             "seconds": round(seconds, 1),
             "checkpoint": str(latest[1]) if latest else None,
         }
+
+
+def _head_tail(rows: list[dict[str, Any]], key: str) -> tuple[float | None, float | None]:
+    """Mean of a metric over the first and the last ten steps that logged it."""
+    values = [r[key] for r in rows if key in r]
+    if not values:
+        return None, None
+    head, tail = values[:10], values[-10:]
+    return sum(head) / len(head), sum(tail) / len(tail)
