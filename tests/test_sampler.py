@@ -69,5 +69,5 @@ def test_state_round_trip_gives_the_same_future_draws():
 
 def test_a_bad_mixture_is_a_clear_error_naming_the_environment():
     bad = EnvConfig.model_construct(name="a", type=None, weight=-1.0, min_share=0.0, args={})
-    with pytest.raises(HonedError, match="environment 'a' has weight -1.0"):
+    with pytest.raises(HonedError, match=r"environment 'a' has weight -1\.0"):
         Sampler.from_config({"a": DigitShareEnv("a")}, [bad], CurriculumConfig(), 0)
