@@ -288,6 +288,7 @@ def completion_logprobs(
         input_ids=batch.input_ids,
         attention_mask=batch.attention_mask,
         position_ids=batch.position_ids,
+        use_cache=False,
         logits_to_keep=width + 1,
     )
     logits = out.logits[:, :-1, :].float()
