@@ -5,7 +5,8 @@ and saved with its character tokenizer), draw prompts from the same JSONL file (
 subtractions), score with the same reward function (`bench/reward.py`, TRL's signature) and use
 the same settings: 8 prompts × 8 generations per step, the same maximum completion length,
 temperature 1, top-p 1 and no top-k, `beta = 0`, DAPO token-level loss with group-scaled
-advantages, ε = 0.2, AdamW (lr 1e-4, betas 0.9/0.99, no weight decay, constant schedule),
+advantages, ε = 0.2, AdamW (lr 1e-4, betas 0.9/0.99, no weight decay, constant schedule; both
+use torch's fused AdamW kernel, TRL's default),
 gradient clipping at 1.0, one optimizer step per generation batch, float32. TRL's two
 GPU-minded defaults are switched off so that both do the same arithmetic: `bf16` (mixed
 precision) and `gradient_checkpointing` (a second forward in the backward pass). honed keeps
@@ -184,7 +185,6 @@ def run_trl(s: Settings) -> None:
         epsilon=0.2,
         learning_rate=s.learning_rate,
         lr_scheduler_type="constant",
-        optim="adamw_torch",
         adam_beta1=0.9,
         adam_beta2=0.99,
         weight_decay=0.0,
