@@ -136,9 +136,10 @@ def test_k1_and_k3_are_zero_when_the_policy_is_the_reference():
 # ----------------------------------------------------------------------------- normalisation
 
 
-def _sequences(small_policy, n: int = 8) -> list[TrainSequence]:
+def _sequences(small_policy, n: int = 8, group: int = 1) -> list[TrainSequence]:
+    """n sequences; `group` > 1 gives runs of completions of one prompt (prefix sharing)."""
     sampler = PolicySampler(small_policy, SamplingParams(1.0, 1.0, 6))
-    prompts = [f"{i}+{i + 1}=" for i in range(n)]
+    prompts = [f"{i // group}+{i // group + 1}=" for i in range(n)]
     samples = sampler.generate(prompts, list(range(n)))
     adv = torch.linspace(-1.5, 1.5, n).tolist()
     return [
@@ -158,12 +159,14 @@ def _grad(policy, seqs, **cfg) -> torch.Tensor:
     return torch.cat([p.grad.flatten() for p in model.parameters()])
 
 
+@pytest.mark.parametrize("group", [1, 4])
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
-def test_gradient_is_the_same_with_one_micro_batch_or_four(small_policy, loss_type):
-    seqs = _sequences(small_policy)
+def test_gradient_is_the_same_with_one_micro_batch_or_four(small_policy, loss_type, group):
+    seqs = _sequences(small_policy, group=group)
     assert len({len(s.completion_ids) for s in seqs}) > 1, "lengths must differ to catch bugs"
     whole = _grad(small_policy, seqs, loss_type=loss_type, micro_batch_size=None)
-    split = _grad(small_policy, seqs, loss_type=loss_type, micro_batch_size=2)
+    # micro-batches of 3 cut groups of 4 apart: shared prompts span micro-batches
+    split = _grad(small_policy, seqs, loss_type=loss_type, micro_batch_size=2 if group == 1 else 3)
     assert whole.abs().max() > 0
     assert torch.allclose(whole, split, atol=1e-6, rtol=0)
 
@@ -216,3 +219,48 @@ def test_kl_term_is_zero_at_the_reference_and_penalises_drift(small_policy):
     assert first["kl"] == 0.0
     second = update.step(seqs)
     assert second["kl"] > 0.0 and math.isfinite(second["kl"])
+
+
+# ----------------------------------------------------------------------------- prefix sharing
+
+
+def test_prefix_sharing_scores_and_gradients_match_the_plain_forward(small_policy):
+    from honed.models.prefix import PrefixBatch, batch_logprobs, build_batch
+
+    sampler = PolicySampler(small_policy, SamplingParams(1.0, 1.0, 6))
+    prompts = [p for p in ("12+3=", "7-1=", "100+23=") for _ in range(4)]
+    samples = sampler.generate(prompts, list(range(len(prompts))))
+    assert len({len(s.completion_ids) for s in samples}) > 1, "lengths must differ"
+    args = (
+        [s.prompt_ids for s in samples],
+        [s.completion_ids for s in samples],
+        [[1] * len(s.completion_ids) for s in samples],
+        small_policy.pad_id,
+    )
+    shared, plain = build_batch(*args), make_batch(*args)
+    assert isinstance(shared, PrefixBatch) and shared.prompt_ids.shape[0] == 3
+    assert torch.equal(shared.completion_mask, plain.completion_mask)
+    adv = torch.linspace(-1.0, 1.0, len(samples))[:, None]
+
+    def run(batch):
+        model = copy.deepcopy(small_policy.model).train()
+        logp, entropy = batch_logprobs(model, batch, temperature=0.7, with_entropy=True)
+        mask = batch.completion_mask.float()
+        (logp * adv * mask).sum().backward()
+        grad = torch.cat([p.grad.flatten() for p in model.parameters()])
+        return logp.detach() * mask, entropy * mask, grad
+
+    for a, b in zip(run(shared), run(plain), strict=True):
+        # the same sums in another order: equal up to float32 rounding of the gradient's scale
+        assert torch.allclose(a, b, atol=1e-6 * max(1.0, float(b.abs().max())), rtol=0)
+
+
+def test_prefix_sharing_is_used_only_when_prompts_repeat(small_policy):
+    from honed.models.policy import TokenBatch
+    from honed.models.prefix import PrefixBatch, build_batch
+
+    ids = [[1, 5, 6], [1, 7], [1, 5, 6]]
+    comps = [[8, 2], [9], [10, 11, 2]]
+    masks = [[1] * len(c) for c in comps]
+    assert isinstance(build_batch(ids, comps, masks, 0), PrefixBatch)
+    assert isinstance(build_batch(ids[:2], comps[:2], masks[:2], 0), TokenBatch)

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.utils import logging as hf_logging
 
 from honed.config import PolicyConfig
 from honed.envs.base import Sample
 from honed.errors import HonedError
+from honed.models.kvcache import sampling_cache
 from honed.models.tiny import build_char_tokenizer, build_tiny_model
 
 # Checkpoints are written every few steps; per-save progress bars would drown the run's own.
@@ -203,7 +204,7 @@ class Policy:
         row_prompt = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
         input_ids, attention = left_pad(list(distinct), self.pad_id)
         positions = (attention.cumsum(-1) - 1).clamp_min(0)
-        cache = DynamicCache(config=self.model.config)
+        cache = sampling_cache(self.model.config, input_ids.shape[1] + steps)
         out = self.model(
             input_ids=input_ids,
             attention_mask=attention,
@@ -222,18 +223,23 @@ class Policy:
         logprobs = torch.zeros((batch, steps), dtype=torch.float32)
         lengths = torch.full((batch,), steps, dtype=torch.long)
         active = torch.arange(batch)  # the original row of each row still in the batch
+        done = torch.zeros(batch, dtype=torch.bool)  # rows in the batch that have stopped
         stop_ids = torch.as_tensor(self.stop_ids, dtype=torch.long)
         for t in range(steps):
             u = None if uniforms is None else uniforms[active, t]
             tok, lp = _pick(logits, u, params)
+            # A stopped row still in the batch writes past its length; those entries are cut off.
             tokens[active, t] = tok
             logprobs[active, t] = lp
-            finished = torch.isin(tok, stop_ids)
-            lengths[active[finished]] = t + 1
-            if t == steps - 1 or bool(finished.all()):
+            stopped = torch.isin(tok, stop_ids) & ~done
+            lengths[active[stopped]] = t + 1
+            done |= stopped
+            if t == steps - 1 or bool(done.all()):
                 break
-            if bool(finished.any()):
-                keep = (~finished).nonzero().squeeze(1)
+            # Dropping rows copies the cache, so stopped rows ride along until they are an
+            # eighth of the batch: a few wasted rows cost less than a copy at every stop.
+            if int(done.sum()) * 8 >= len(done):
+                keep = (~done).nonzero().squeeze(1)
                 cache.reorder_cache(keep)
                 active, tok, attention, next_pos = (
                     active[keep],
@@ -241,6 +247,7 @@ class Policy:
                     attention[keep],
                     next_pos[keep],
                 )
+                done = done[keep]
             attention = torch.cat([attention, attention.new_ones((len(active), 1))], dim=1)
             out = self.model(
                 input_ids=tok[:, None],
@@ -288,6 +295,7 @@ def completion_logprobs(
         input_ids=batch.input_ids,
         attention_mask=batch.attention_mask,
         position_ids=batch.position_ids,
+        use_cache=False,
         logits_to_keep=width + 1,
     )
     logits = out.logits[:, :-1, :].float()
@@ -341,7 +349,15 @@ class PolicySampler:
         return self.policy.encode(text)
 
     def generate(self, prompts: Sequence[str | list[int]], seeds: Sequence[int]) -> list[Sample]:
-        ids = [self.policy.encode(p) if isinstance(p, str) else list(p) for p in prompts]
+        # A GRPO group repeats its prompt num_generations times: encode each text once.
+        encoded: dict[str, list[int]] = {}
+        ids = []
+        for p in prompts:
+            if isinstance(p, str):
+                if p not in encoded:
+                    encoded[p] = self.policy.encode(p)
+                p = encoded[p]
+            ids.append(list(p))
         step = self.batch_size or max(1, len(ids))
         out: list[Sample] = []
         for start in range(0, len(ids), step):

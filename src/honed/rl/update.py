@@ -15,7 +15,8 @@ import torch
 from transformers import PreTrainedModel
 
 from honed.config import TrainerConfig
-from honed.models.policy import Policy, completion_logprobs, make_batch
+from honed.models.policy import Policy
+from honed.models.prefix import batch_logprobs, build_batch
 from honed.rl.advantages import compute_advantages, group_units
 from honed.rl.loss import clipped_surrogate, kl_penalty, token_weights
 from honed.types import Group
@@ -175,14 +176,14 @@ class PolicyUpdate:
         tokens = 0.0
         for idx in self.micro_batches(len(sequences)):
             chunk = [sequences[i] for i in idx]
-            batch = make_batch(
+            batch = build_batch(
                 [s.prompt_ids for s in chunk],
                 [s.completion_ids for s in chunk],
                 [s.mask for s in chunk],
                 self.policy.pad_id,
             )
             width = batch.completion_width
-            logp, entropy = completion_logprobs(model, batch, cfg.temperature, with_entropy=True)
+            logp, entropy = batch_logprobs(model, batch, cfg.temperature, with_entropy=True)
             if on_policy:
                 # π_old is the policy that sampled the batch, which is the current one: the
                 # ratio is exactly 1 in value and the gradient is the policy gradient.
@@ -195,7 +196,7 @@ class PolicyUpdate:
             kl = None
             if cfg.beta > 0:
                 with torch.inference_mode():
-                    ref, _ = completion_logprobs(self.reference, batch, cfg.temperature)
+                    ref, _ = batch_logprobs(self.reference, batch, cfg.temperature)
                 kl = kl_penalty(logp, ref.clone(), cfg.kl_estimator)
                 per_token = per_token + cfg.beta * kl
             w = torch.zeros((len(chunk), width), dtype=torch.float32)

@@ -1,0 +1,126 @@
+"""Scoring completions that share prompts: each distinct prompt is run through the model once.
+
+A GRPO group is `num_generations` completions of one prompt. Scoring them as independent
+sequences recomputes the prompt for every completion; here the distinct prompts of a batch are
+run once (with gradients), their key/value cache is expanded to the rows that continue them,
+and the completions attend to it. The gradient reaching the weights through a shared prompt is
+the sum of its rows' contributions, exactly as in the plain forward, so the two agree to float
+rounding (a test checks log-probs and gradients). With the prompt a large share of each
+sequence (short answers to long questions), this removes most of the update's work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache, PreTrainedModel
+
+from honed.models.policy import TokenBatch, completion_logprobs, left_pad, make_batch
+
+
+@dataclass
+class PrefixBatch:
+    """Distinct prompts [G, P] (left-padded), completions [B, C] (right-padded), and which
+    prompt each row continues ([B] indices into the prompts)."""
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    row_prompt: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_attention: torch.Tensor
+    completion_mask: torch.Tensor
+
+    @property
+    def completion_width(self) -> int:
+        return self.completion_ids.shape[1]
+
+
+ScoreBatch = TokenBatch | PrefixBatch
+
+
+def right_pad(rows: Sequence[Sequence[int]], pad: int, width: int) -> torch.Tensor:
+    out = torch.full((len(rows), width), pad, dtype=torch.long)
+    for i, r in enumerate(rows):
+        if r:
+            out[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
+    return out
+
+
+def build_batch(
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    masks: Sequence[Sequence[int]],
+    pad_id: int,
+) -> ScoreBatch:
+    """A prefix-sharing batch when some rows repeat a prompt (GRPO groups), else a plain one."""
+    distinct: dict[tuple[int, ...], int] = {}
+    row_prompt = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+    if len(distinct) == len(prompts) or not all(prompts):
+        return make_batch(prompts, completions, masks, pad_id)
+    prompt_ids, prompt_mask = left_pad(list(distinct), pad_id)
+    width = max(1, max(len(c) for c in completions))
+    return PrefixBatch(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        row_prompt=torch.as_tensor(row_prompt, dtype=torch.long),
+        completion_ids=right_pad(completions, pad_id, width),
+        completion_attention=right_pad([[1] * len(c) for c in completions], 0, width),
+        completion_mask=right_pad(masks, 0, width),
+    )
+
+
+def batch_logprobs(
+    model: PreTrainedModel, batch: ScoreBatch, temperature: float = 1.0, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs [B, C] of the completion tokens (with grad), and optionally their entropy."""
+    if isinstance(batch, TokenBatch):
+        return completion_logprobs(model, batch, temperature, with_entropy)
+    return prefix_logprobs(model, batch, temperature, with_entropy)
+
+
+def prefix_logprobs(
+    model: PreTrainedModel, batch: PrefixBatch, temperature: float = 1.0, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`completion_logprobs` for a `PrefixBatch`: every distinct prompt is computed once."""
+    cache = DynamicCache(config=model.config)
+    prompt_positions = (batch.prompt_mask.cumsum(-1) - 1).clamp_min(0)
+    out = model(
+        input_ids=batch.prompt_ids,
+        attention_mask=batch.prompt_mask,
+        position_ids=prompt_positions,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    rows = batch.row_prompt
+    # The last prompt position predicts the first completion token; the rest come from the
+    # completion tokens themselves (all but the last, whose prediction is never scored).
+    logits = [out.logits[rows, -1:, :]]
+    width = batch.completion_width
+    if width > 1:
+        cache.reorder_cache(rows)  # index_select: differentiable, gradients sum per prompt
+        inputs = batch.completion_ids[:, :-1]
+        attention = torch.cat([batch.prompt_mask[rows], batch.completion_attention[:, :-1]], dim=1)
+        lengths = batch.prompt_mask.sum(-1)[rows]
+        positions = lengths[:, None] + torch.arange(width - 1)
+        out = model(
+            input_ids=inputs,
+            attention_mask=attention,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+        )
+        logits.append(out.logits)
+    logits = torch.cat(logits, dim=1).float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    logp_all = F.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, batch.completion_ids.unsqueeze(-1)).squeeze(-1)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy
