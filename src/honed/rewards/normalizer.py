@@ -87,10 +87,23 @@ class RewardNormalizer:
         """Add the batch to the statistics, then map it (raw but clipped during warmup)."""
         if self.mode == "none":
             return [float(s) for s in scores]
+        self._stats.update_batch(scores)  # rejects NaN and infinity
+        return self.apply(scores)
+
+    def observe(self, stats: WelfordAccumulator) -> None:
+        """Add statistics gathered elsewhere (a rollout worker's shard) without mapping anything.
+
+        The GRPO trainer observes every group of a step first and then `apply`s one map to all
+        of them, so a step's rewards share one affine map wherever they were generated.
+        """
+        if self.mode != "none":
+            self._stats.merge(stats)
+
+    def apply(self, scores: Sequence[float] | np.ndarray) -> list[float]:
+        """Map scores with the current statistics, recording nothing."""
         values = np.asarray(scores, dtype=np.float64).ravel()
-        self._stats.update_batch(values)  # rejects NaN and infinity
-        if values.size == 0:
-            return []
+        if self.mode == "none" or values.size == 0:
+            return values.tolist()
         if not self.is_warmed_up:
             out = values
         elif self.mode == "zscore":
