@@ -36,9 +36,14 @@ class DieOnceEnv(DigitShareEnv):
         return super().rollout(items, generator, num_generations, seed)
 
 
-def scaleout_data(tmp_path, flag: Path, **trainer: Any) -> dict:
+def scaleout_data(tmp_path: Path, kill_a_worker: bool = False, **trainer: Any) -> dict:
     """A 3-step run on DieOnceEnv whose normaliser state reaches the weights (so merging the
-    workers' reward statistics is tested too)."""
+    workers' reward statistics is tested too); with `kill_a_worker` one rollout worker dies
+    in its second rollout. The flag file `worker-died` exists afterwards if one did."""
+    flag = tmp_path / "worker-died"
+    if not kill_a_worker:
+        flag.parent.mkdir(parents=True, exist_ok=True)
+        flag.touch()
     data = small_config_data(tmp_path)
     data["envs"] = [
         {

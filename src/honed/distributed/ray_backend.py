@@ -11,6 +11,10 @@
   actor. A shard's groups are accepted once, keyed by (request, shard), so nothing is counted
   twice and every step still gets all its groups. After `max_worker_restarts` replacements the
   run stops with a `HonedError` (a worker that always dies is a bug, not bad luck).
+- **Warm actors.** Starting an actor imports torch and transformers (seconds of CPU). When
+  the caller started Ray itself (a sweep or notebook in one driver, the tests), the actors of a
+  finished run stay up and the next run in that process `reset`s them instead of starting new
+  ones; when honed started Ray, it shuts it down at the end and nothing stays behind.
 """
 
 from __future__ import annotations
@@ -37,6 +41,10 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     ray = None
 
 log = logging.getLogger(__name__)
+
+# Actors of finished runs, by (Ray job, CPUs per actor): handles die with their job, and an
+# actor's CPUs are fixed when it starts.
+_idle: dict[tuple[str, float], list[Any]] = {}
 
 
 def connect(address: str) -> bool:
@@ -79,7 +87,8 @@ class RayBackend:
         self.exact = weight_sync is None
         self._actor = ray.remote(num_cpus=dist.cpus_per_worker, max_restarts=0)(RolloutWorker)
         self._config = config.model_dump(mode="json")
-        self.workers = [self._actor.remote(self._config, i) for i in range(self.n)]
+        self._key = (ray.get_runtime_context().get_job_id(), dist.cpus_per_worker)
+        self.workers = self._warm_workers()
         self._weights: Any = None
         self._version = 0
         self._running: dict[Any, _Running] = {}
@@ -88,6 +97,28 @@ class RayBackend:
         self.restarts = 0
         self._requeued = 0
         self._sync_seconds = 0.0
+
+    def _warm_workers(self) -> list[Any]:
+        """Idle actors of earlier runs, reset for this one, then new ones for the rest.
+
+        Idle actors of another shape are stopped, so that they hold no CPUs this run needs.
+        """
+        pool = _idle.pop(self._key, [])
+        for actors in _idle.values():
+            for actor in actors:
+                ray.kill(actor, no_restart=True)
+        _idle.clear()
+        workers = []
+        while pool and len(workers) < self.n:
+            actor = pool.pop()
+            try:
+                ray.get(actor.reset.remote(self._config, len(workers)))
+            except RayActorError:
+                continue
+            workers.append(actor)
+        for actor in pool:
+            ray.kill(actor, no_restart=True)
+        return workers + [self._actor.remote(self._config, i) for i in range(len(workers), self.n)]
 
     # ------------------------------------------------------------------ weights
 
@@ -183,9 +214,9 @@ class RayBackend:
         return out
 
     def close(self) -> None:
-        for actor in self.workers:
-            ray.kill(actor, no_restart=True)
-        self.workers = []
         self._running.clear()
         if self.started:
-            ray.shutdown()
+            ray.shutdown()  # the actors go with the cluster honed started
+        else:
+            _idle[self._key] = self.workers
+        self.workers = []

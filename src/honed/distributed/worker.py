@@ -51,6 +51,10 @@ class RolloutWorker:
     """
 
     def __init__(self, config_data: dict, index: int) -> None:
+        self.reset(config_data, index)
+
+    def reset(self, config_data: dict, index: int) -> int:
+        """Start over for a new run, keeping only what the process has imported."""
         config = Config.model_validate(config_data)
         threads = config.torch_threads or max(1, int(config.distributed.cpus_per_worker))
         torch.set_num_threads(threads)
@@ -68,6 +72,7 @@ class RolloutWorker:
             else PolicySampler(self.policy, params)
         )
         self.version = -1
+        return index
 
     def load_weights(self, version: int, state: dict[str, torch.Tensor] | None) -> int:
         """Take the learner's weights (`None`: they live on the inference servers)."""
