@@ -236,9 +236,13 @@ class GRPOTrainer:
         return self.pipeline.request(step, round_index, items, seed)
 
     def rollout(self, round_index: int, count: int) -> list[RolledGroup]:
+        """A round of groups; every group drawn, kept or not, updates its item's curriculum."""
         if round_index == 0:
-            return self.pipeline.first_round(self.step, self.cfg.max_steps, count, self.draw)
-        return self.pipeline.now(self.draw(self.step, round_index, count))
+            rolled = self.pipeline.first_round(self.step, self.cfg.max_steps, count, self.draw)
+        else:
+            rolled = self.pipeline.now(self.draw(self.step, round_index, count))
+        self.sampler.observe([r.group for r in rolled])
+        return rolled
 
     def collect(self) -> tuple[list[RolledGroup], dict[str, float]]:
         """One step's groups; with dynamic sampling, draw more until enough have spread."""
