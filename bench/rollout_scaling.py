@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -54,46 +55,58 @@ def config(args: argparse.Namespace, backend: str, workers: int = 1, threads: in
     )
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of processes on this machine, from /proc (Linux)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
+
+
 def run_backend(args: argparse.Namespace, cfg: Config) -> dict[str, float]:
-    """Rollout rate of one backend: completions, tokens and groups per second."""
+    """Rollout rate of one backend, wall-clock and per CPU-second of the learner and the
+    workers (Ray's own daemons, which move the objects, are not counted)."""
     torch.set_num_threads(cfg.torch_threads or 1)
     envs = build_envs(cfg.envs, cfg.seed)
     sampler = Sampler.from_config(envs, cfg.envs, cfg.curriculum, cfg.seed)
     policy = Policy.from_config(cfg.policy, cfg.seed)
-    started = time.perf_counter()
     backend = build_backend(cfg, envs, policy, Path(tempfile.mkdtemp()))
-    backend.sync_weights(policy, 0)
-    ready = time.perf_counter() - started
-    tokens = groups = 0
-    sync = 0.0
-    wall = cpu = 0.0
+    pids = [os.getpid()]
+    tokens = completions = 0
+    sync = wall = cpu = first = 0.0
     for step in range(args.steps + 1):
         items = sampler.next_items(args.prompts, step, args.steps + 1)
         request = RolloutRequest(step, step, 0, items, derive_seed(0, "rollout", step, 0))
-        t0, c0 = time.perf_counter(), time.process_time()
+        t0, c0 = time.perf_counter(), cpu_seconds(pids)
+        backend.sync_weights(policy, step)
+        t1 = time.perf_counter()
         backend.submit(request)
         rolled = backend.result(request)
-        t1 = time.perf_counter()
-        backend.sync_weights(policy, step + 1)
-        t2, c2 = time.perf_counter(), time.process_time()
-        if step == 0:
-            continue  # warm-up: first calls, lazy imports, allocator
+        t2, c2 = time.perf_counter(), cpu_seconds(pids)
+        if step == 0:  # warm-up: actors start, first calls, allocator
+            first = t2 - t0
+            if hasattr(backend, "workers"):
+                import ray
+
+                pids += ray.get([w.pid.remote() for w in backend.workers])
+            continue
         wall += t2 - t0
         cpu += c2 - c0
-        sync += t2 - t1
-        groups += len(rolled)
+        sync += t1 - t0
+        completions += len(rolled) * args.generations
         tokens += sum(
             len(t.segments[0].completion_ids) for r in rolled for t in r.group.trajectories
         )
     backend.close()
     return {
-        "ready_s": ready,
-        "groups_per_s": groups / wall,
-        "completions_per_s": groups * args.generations / wall,
+        "completions_per_s": completions / wall,
         "tokens_per_s": tokens / wall,
-        "learner_cpu_share": cpu / wall,
-        "sync_ms": 1000 * sync / args.steps,
+        "cpu_s_per_1k_completions": 1000 * cpu / completions,
         "step_s": wall / args.steps,
+        "sync_ms": 1000 * sync / args.steps,
+        "first_step_s": first,
     }
 
 
@@ -116,7 +129,8 @@ def ray_overheads(rounds: int = 50) -> dict[str, float]:
         ray.get(actors[0].noop.remote())
     round_trip = (time.perf_counter() - t0) / rounds
     out = {"round_trip_ms": 1000 * round_trip}
-    for mb in (4, 256):
+    ray.get([a.take.remote(ray.put({"w": torch.zeros(1)})) for a in actors])  # imports torch
+    for mb in (4, 64, 256):
         state = {f"w{i}": torch.zeros(mb * 2**20 // 4 // 8) for i in range(8)}
         t0 = time.perf_counter()
         ref = ray.put(state)
@@ -163,15 +177,22 @@ def server_client_rate(requests: int = 400) -> dict[str, float]:
     return out
 
 
-def save_rate() -> float:
-    """MB/s of `Policy.save` (safetensors + tokenizer), the first half of a disk reload."""
-    policy = Policy.from_config(Config().policy, 0)
+def save_rate() -> tuple[float, float]:
+    """(MB, MB/s) of `Policy.save` for a 34 M-parameter model: the learner's half of a disk
+    reload (the server reads the same bytes back)."""
+    shape = {
+        "hidden_size": 512,
+        "num_hidden_layers": 8,
+        "num_attention_heads": 8,
+        "intermediate_size": 2048,
+    }
+    policy = Policy.from_config(Config.model_validate({"policy": {"tiny": shape}}).policy, 0)
     size = sum(p.numel() * p.element_size() for p in policy.model.parameters()) / 2**20
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        for i in range(5):
+        for i in range(3):
             policy.save(Path(tmp) / str(i))
-        return 5 * size / (time.perf_counter() - t0)
+        return size, 3 * size / (time.perf_counter() - t0)
 
 
 def main() -> None:
@@ -180,6 +201,7 @@ def main() -> None:
     parser.add_argument("--generations", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=12)
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-server", action="store_true")
     args = parser.parse_args()
     import ray
@@ -191,32 +213,32 @@ def main() -> None:
         f"workload: {args.prompts} prompts x {args.generations} completions of <= "
         f"{args.max_tokens} tokens per step, {args.steps} timed steps"
     )
-    rows = [
-        ("in-process, 1 thread", config(args, "inprocess", threads=1)),
-        ("in-process, 2 threads", config(args, "inprocess", threads=2)),
-    ]
-    results = [(name, run_backend(args, cfg)) for name, cfg in rows]
     connect("local")  # this machine, workers seeing this process's sys.path; kept warm
-    for workers in (1, 2):
-        name = f"ray, {workers} worker{'s' * (workers > 1)}"
-        results.append((name, run_backend(args, config(args, "ray", workers))))
+    runs: dict[str, list[dict[str, float]]] = {}
+    configs = [
+        ("in-process, 1 thread", config(args, "inprocess", threads=1)),
+        ("ray, 1 worker", config(args, "ray", 1)),
+        ("ray, 2 workers", config(args, "ray", 2)),
+    ]
+    for _ in range(args.repeats):  # interleaved, so load changes hit every row alike
+        for name, cfg in configs:
+            runs.setdefault(name, []).append(run_backend(args, cfg))
+    runs["in-process, 2 threads"] = [run_backend(args, config(args, "inprocess", threads=2))]
     overheads = ray_overheads()
     ray.shutdown()
-    keys = [
-        "groups_per_s",
-        "completions_per_s",
-        "tokens_per_s",
-        "step_s",
-        "sync_ms",
-        "learner_cpu_share",
-    ]
-    print("| backend | " + " | ".join(keys) + " | actors ready (s) |")
-    print("|---" * (len(keys) + 2) + "|")
-    for name, r in results:
-        cells = " | ".join(f"{r[k]:,.1f}" if r[k] >= 10 else f"{r[k]:.3f}" for k in keys)
-        print(f"| {name} | {cells} | {r['ready_s']:.1f} |")
+    keys = list(next(iter(runs.values()))[0])
+    print(f"medians of {args.repeats} interleaved runs (in-process, 2 threads: one run)")
+    print("| backend | " + " | ".join(keys) + " |")
+    print("|---" * (len(keys) + 1) + "|")
+    for name, rs in runs.items():
+        cells = []
+        for k in keys:
+            v = statistics.median(r[k] for r in rs)
+            cells.append(f"{v:,.0f}" if v >= 100 else f"{v:.2f}")
+        print(f"| {name} | " + " | ".join(cells) + " |")
     print("ray:", {k: round(v, 2) for k, v in overheads.items()})
-    print(f"Policy.save: {save_rate():.1f} MB/s")
+    size, rate = save_rate()
+    print(f"Policy.save: {size:.0f} MB at {rate:.0f} MB/s")
     if not args.skip_server:
         print("server client:", {k: round(v, 2) for k, v in server_client_rate().items()})
     print(f"load average at end: {os.getloadavg()[0]:.1f}")

@@ -13,6 +13,7 @@ from tiny_run import SMALL_MODEL, DigitShareEnv, small_config_data
 
 from honed.config import PolicyConfig, TinyModelConfig
 from honed.models.policy import Policy, SamplingParams
+from honed.types import Score
 
 
 class DieOnceEnv(DigitShareEnv):
@@ -34,6 +35,13 @@ class DieOnceEnv(DigitShareEnv):
             else:
                 os._exit(1)
         return super().rollout(items, generator, num_generations, seed)
+
+
+class NaNEnv(DigitShareEnv):
+    """Scores every completion NaN: the check in a worker must reach the learner as it is."""
+
+    def score(self, item, completion):
+        return Score(reward=float("nan"))
 
 
 def scaleout_data(tmp_path: Path, kill_a_worker: bool = False, **trainer: Any) -> dict:

@@ -20,6 +20,7 @@ import torch
 from scaleout_helpers import scaleout_data
 from tiny_run import small_config
 
+from honed.errors import HonedError
 from honed.models.policy import Policy
 from honed.rl.trainer import GRPOTrainer
 from honed.runs.rundir import RunDir
@@ -102,3 +103,11 @@ def test_asynchronous_ray_run_matches_the_in_process_lagged_run(cluster, tmp_pat
     assert [r["async/staleness_max"] for r in rows] == [0.0, 1.0, 1.0]
     assert rows[-1]["is/off_policy_frac"] == 1.0 and 0 <= rows[-1]["is/capped_frac"] <= 1
     assert _same_weights(run, local)
+
+
+def test_an_error_in_a_worker_reaches_the_learner_as_its_message(cluster, tmp_path):
+    data = scaleout_data(tmp_path)
+    data["envs"] = [{"name": "broken", "type": "scaleout_helpers:NaNEnv"}]
+    trainer = GRPOTrainer(small_config(tmp_path, *RAY, data=data), RunDir(tmp_path / "run"))
+    with pytest.raises(HonedError, match="environment 'broken' returned a non-finite reward"):
+        trainer.train()

@@ -155,11 +155,12 @@ class RayBackend:
             self._collect_one()
         shards = self._done.pop(request.id)
         del self._expected[request.id]
-        out: list[RolledGroup | None] = [None] * len(request.items)
-        for shard in shards.values():
-            for slot, (group, stats) in zip(shard.slots, shard.pairs, strict=True):
-                out[slot] = RolledGroup(group, stats, shard.version, self.exact)
-        return out  # type: ignore[return-value]
+        by_slot = {
+            slot: RolledGroup(group, stats, shard.version, self.exact)
+            for shard in shards.values()
+            for slot, (group, stats) in zip(shard.slots, shard.pairs, strict=True)
+        }
+        return [by_slot[i] for i in range(len(request.items))]
 
     def _dispatch(self, worker: int, task: ShardTask) -> None:
         actor = self.workers[worker]

@@ -53,7 +53,7 @@ def roll_out(
     slots: dict[str, list[int]] = {}
     for i, item in enumerate(items):
         slots.setdefault(item.env, []).append(i)
-    out: list[tuple[Group, WelfordAccumulator] | None] = [None] * len(items)
+    out: dict[int, tuple[Group, WelfordAccumulator]] = {}
     for name, where in slots.items():
         groups = envs[name].rollout([items[i] for i in where], generator, cfg.num_generations, seed)
         if len(groups) != len(where):
@@ -64,7 +64,7 @@ def roll_out(
             group.env = name
             check_finite(name, group)
             out[i] = (group, reward_stats(group, cfg))
-    return out  # type: ignore[return-value]
+    return [out[i] for i in range(len(items))]
 
 
 def split(n: int, parts: int) -> list[range]:

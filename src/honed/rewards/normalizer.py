@@ -21,7 +21,11 @@ default) the normaliser changes nothing but what the clip cuts off. It matters
   [0, 1] already, since the batch is part of the statistics).
 
 Hence: normalise a whole group in one call (so its rewards share a, b), and leave the
-normaliser off (`mode="none"`) under group scaling unless outlier clipping is wanted. The map
+normaliser off (`mode="none"`) under group scaling unless outlier clipping is wanted. The GRPO
+trainer goes further: it `observe`s the statistics of every group of a step (each group's
+Welford shard, computed wherever the group was rolled out, merged in item order) and then
+`apply`s one map to all of them, so a step's rewards share a, b and the result does not depend
+on how the groups were spread over workers. The map
 also moves as statistics accumulate (and jumps when warmup ends), which under
 `scale_rewards: none` shows up as a changing advantage scale early in training.
 """

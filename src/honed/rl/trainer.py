@@ -32,7 +32,7 @@ from honed.rewards import RewardNormalizer
 from honed.rl.evaluate import evaluate
 from honed.rl.schedule import build_lr_scheduler, build_optimizer
 from honed.rl.sft import run_sft
-from honed.rl.update import Behaviour, PolicyUpdate, prepare, zero_spread
+from honed.rl.update import PolicyUpdate, prepare, zero_spread
 from honed.runs.files import atomic_write_dir
 from honed.runs.plots import plot_rewards
 from honed.runs.progress import Reporter
@@ -282,12 +282,10 @@ class GRPOTrainer:
         # spread over workers, and one map for the whole step.
         for r in rolled:
             self.normalizers[r.group.env].observe(r.reward_stats)
+        # tokens from older weights, or from another engine, are importance-weighted
         staleness = [self.step - r.version for r in rolled]
-        behaviour = [
-            Behaviour(lag, off_policy=lag > 0 or not r.exact)
-            for r, lag in zip(rolled, staleness, strict=True)
-        ]
-        prepared = prepare(groups, self.cfg, self.normalize, behaviour)
+        off_policy = [lag > 0 or not r.exact for r, lag in zip(rolled, staleness, strict=True)]
+        prepared = prepare(groups, self.cfg, self.normalize, off_policy)
         metrics.update(prepared.metrics)
         update_started = time.perf_counter()
         if prepared.sequences:

@@ -42,15 +42,6 @@ class TrainSequence:
     off_policy: bool = False
 
 
-@dataclass(frozen=True)
-class Behaviour:
-    """Who sampled a group: how many optimizer steps old its weights were, and whether its
-    log-probs are the learner's own (same weights, same code) or need importance weighting."""
-
-    staleness: int = 0
-    off_policy: bool = False
-
-
 @dataclass
 class Prepared:
     """What one step trains on, and what it learned about the groups on the way."""
@@ -96,11 +87,12 @@ def prepare(
     groups: list[Group],
     cfg: TrainerConfig,
     normalize: Callable[[str, list[float]], list[float]] | None = None,
-    behaviour: Sequence[Behaviour] | None = None,
+    off_policy: Sequence[bool] | None = None,
 ) -> Prepared:
-    """Training sequences from groups; `normalize(env, rewards)` maps rewards before advantages,
-    `behaviour` (one per group; default on-policy) marks the sequences to importance-weight."""
-    behaviour = behaviour or [Behaviour()] * len(groups)
+    """Training sequences from groups; `normalize(env, rewards)` maps rewards before advantages;
+    `off_policy` (one flag per group, default none) marks groups whose behaviour log-probs are
+    not the learner's current ones, to be importance-weighted."""
+    off_policy = off_policy or [False] * len(groups)
     rewards = [unit_rewards(g, cfg) for g in groups]
     if normalize is not None:
         rewards = [normalize(g.env, r) for g, r in zip(groups, rewards, strict=True)]
@@ -108,7 +100,7 @@ def prepare(
     zero = [s < cfg.zero_std_tolerance for s in stds]
     sequences: list[TrainSequence] = []
     kept: list[Group] = []
-    for group, adv, is_zero, who in zip(groups, advantages, zero, behaviour, strict=True):
+    for group, adv, is_zero, off in zip(groups, advantages, zero, off_policy, strict=True):
         if is_zero and cfg.filter_zero_std:
             continue
         kept.append(group)
@@ -128,7 +120,7 @@ def prepare(
                         mask,
                         seg.logprobs,
                         float(a),
-                        who.off_policy,
+                        off,
                     )
                 )
     metrics = {
