@@ -65,7 +65,7 @@ class LocalBackend:
         if self._running:
             wait([future for future, _ in self._running.values()])
         if self.weight_sync is not None:
-            self.weight_sync.push(policy, version)
+            version = self.weight_sync.push(policy, version)
         self.version = version
 
     def _run(self, request: RolloutRequest) -> list:

@@ -128,7 +128,7 @@ class RayBackend:
             # the servers hold the weights: let the shards in flight finish on the old ones
             while self._running:
                 self._collect_one()
-            self.weight_sync.push(policy, version)
+            version = self.weight_sync.push(policy, version)
             self._weights = None
         else:
             state = {k: v.detach().clone() for k, v in policy.model.state_dict().items()}

@@ -1,8 +1,9 @@
 """How new weights reach inference servers after each optimizer step.
 
-A hook is anything with `push(policy, version)`; it returns once every server generates with
-the new weights (the backend has already waited for requests in flight, so no sample mixes two
-versions). `distributed.server.weight_sync` picks one:
+A hook is anything with `push(policy, version) -> int`; it returns, once the servers generate
+with their new weights, the version they serve (the backend has already waited for requests in
+flight, so no sample mixes two versions, and each sample's staleness is exact).
+`distributed.server.weight_sync` picks one:
 
 - `reload` (`ReloadFromDisk`): save the policy as a Hugging Face directory
   `<weights_dir>/step_<version>` and POST `{"model_path": <that directory>}` to each server's
@@ -10,8 +11,8 @@ versions). `distributed.server.weight_sync` picks one:
   `reload_endpoint` at a route that reloads from a path (vLLM's own weight-transfer API moves
   tensors over NCCL/IPC between GPUs, which a CPU learner cannot join). The directory must be
   readable by the servers under the same path (one machine, or a shared file system).
-- `none`: the servers keep their weights (the run learns from a fixed sampler; every token is
-  importance-weighted against it).
+- `none`: the servers keep the weights they started with (the run learns from a fixed sampler,
+  whose staleness grows by one every step; every token is importance-weighted against it).
 - `module:Class`: your own hook, built as `Class(server_config, weights_dir)`; LoRA-adapter
   loading (vLLM's `/v1/load_lora_adapter`) fits here once the learner trains adapters.
 """
@@ -34,12 +35,19 @@ from honed.user_code import load_object
 
 @runtime_checkable
 class WeightSync(Protocol):
-    def push(self, policy: Policy, version: int) -> None: ...
+    def push(self, policy: Policy, version: int) -> int: ...
 
 
 class NoWeightSync:
-    def push(self, policy: Policy, version: int) -> None:
-        pass
+    """The servers keep serving what they served at the first push (the start of the run)."""
+
+    def __init__(self) -> None:
+        self.served: int | None = None
+
+    def push(self, policy: Policy, version: int) -> int:
+        if self.served is None:
+            self.served = version
+        return self.served
 
 
 def endpoint_url(base_url: str, endpoint: str) -> str:
@@ -60,7 +68,7 @@ class ReloadFromDisk:
         self.dir = Path(weights_dir).resolve()
         self.clients = clients
 
-    def push(self, policy: Policy, version: int) -> None:
+    def push(self, policy: Policy, version: int) -> int:
         path = self.dir / f"step_{version}"
         if not path.is_dir():
             atomic_write_dir(path, policy.save)
@@ -78,6 +86,7 @@ class ReloadFromDisk:
                 )
         for old in sorted(self.dir.glob("step_*"), key=lambda p: int(p.name[5:]))[:-2]:
             shutil.rmtree(old, ignore_errors=True)
+        return version
 
 
 def build_weight_sync(cfg: ServerConfig, run_dir: Path, clients: list[ChatClient]) -> WeightSync:
