@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from scaleout_helpers import scaleout_data
+from scaleout_helpers import PolicyServer, scaleout_data
 from tiny_run import small_config
 
 from honed.errors import HonedError
@@ -111,3 +111,15 @@ def test_an_error_in_a_worker_reaches_the_learner_as_its_message(cluster, tmp_pa
     trainer = GRPOTrainer(small_config(tmp_path, *RAY, data=data), RunDir(tmp_path / "run"))
     with pytest.raises(HonedError, match="environment 'broken' returned a non-finite reward"):
         trainer.train()
+
+
+def test_ray_workers_generating_through_an_inference_server(cluster, tmp_path):
+    with PolicyServer() as server:
+        server_cfg = f"distributed.server={{base_url: {server.base_url}, model: {server.model}}}"
+        run = _train(tmp_path, "ray", *RAY, server_cfg)
+        completions = [r for r in server.http.requests if r.path == "/v1/completions"]
+        reloads = len(server.reloads)
+    assert len(completions) == 3 * 4 * 4  # steps x prompts x generations, all from the workers
+    assert reloads == 4  # the initial weights and those of each step
+    rows = _rows(run)
+    assert all(r["is/off_policy_frac"] == 1.0 and r["async/staleness_max"] == 0 for r in rows)

@@ -102,3 +102,21 @@ def test_without_weight_sync_the_servers_fixed_weights_grow_stale(tmp_path):
         assert server.reloads == []
     rows = [r for r in trainer.run.read_jsonl(trainer.run.metrics_path) if "reward/mean" in r]
     assert [r["async/staleness_max"] for r in rows] == [0.0, 1.0]
+
+
+def test_server_rollouts_run_ahead_on_a_background_thread(tmp_path):
+    with PolicyServer() as server:
+        cfg = small_config(
+            tmp_path,
+            "trainer.max_steps=3",
+            "distributed.backend=server",
+            "distributed.max_staleness=1",
+            f"distributed.server={{base_url: {server.base_url}, model: {server.model}}}",
+            data=spread_env_data(tmp_path),
+        )
+        trainer = GRPOTrainer(cfg, RunDir(tmp_path / "run"))
+        trainer.train()
+        reloads = [p.rsplit("/", 1)[1] for p in server.reloads]
+    assert reloads == ["step_0", "step_1", "step_2", "step_3"]
+    rows = [r for r in trainer.run.read_jsonl(trainer.run.metrics_path) if "reward/mean" in r]
+    assert [r["async/staleness_max"] for r in rows] == [0.0, 1.0, 1.0]

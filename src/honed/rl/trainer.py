@@ -27,7 +27,7 @@ from honed.config import Config, dump_config
 from honed.distributed import RolledGroup, RolloutPipeline, RolloutRequest, build_backend
 from honed.envs.base import Environment
 from honed.envs.registry import build_envs as build_config_envs
-from honed.models.policy import Policy, SamplingParams
+from honed.models.policy import Policy
 from honed.rewards import RewardNormalizer
 from honed.rl.evaluate import evaluate
 from honed.rl.schedule import build_lr_scheduler, build_optimizer
@@ -96,9 +96,6 @@ class GRPOTrainer:
         self.policy: Policy | None = None
 
     # ------------------------------------------------------------------ set-up
-
-    def _sampling(self) -> SamplingParams:
-        return SamplingParams(self.cfg.temperature, self.cfg.top_p, self.cfg.max_completion_length)
 
     def _evaluate(self, split: str | None = None) -> dict[str, float]:
         ev = self.config.eval
