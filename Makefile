@@ -21,8 +21,10 @@ $(VENV)/.dev: pyproject.toml constraints.txt | $(BIN)/python
 quickstart: $(VENV)/.core
 	$(BIN)/honed train examples/quickstart.yaml --run-dir runs/quickstart --overwrite
 
+# The dev extra installs Ray; HONED_REQUIRE_RAY turns a missing Ray into a failure of the Ray
+# tests here (a plain `pytest` without Ray skips them, saying so).
 test: $(VENV)/.dev
-	$(BIN)/python -m pytest -q
+	HONED_REQUIRE_RAY=1 $(BIN)/python -m pytest -q
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check .

@@ -3,8 +3,9 @@
 It runs `http.server.ThreadingHTTPServer` in a daemon thread on a free port and serves
 `GET /v1/models` and `POST /v1/chat/completions`; what a chat request gets back is decided by a
 handler callback, so one server class plays an echo bot, a flaky server, a slow one, or both
-roles of the skill loop. It records every request and the largest number of chat requests in
-flight at once (to test concurrency limits).
+roles of the skill loop. Other POST routes (`/v1/completions`, a weight-reload endpoint) are
+served by the handlers in `routes`. It records every request and the largest number of chat
+requests in flight at once (to test concurrency limits).
 
     def handler(req: FakeRequest) -> Reply | str | dict:
         if req.index == 0:
@@ -97,6 +98,7 @@ def echo(req: FakeRequest) -> str:
 
 
 ChatHandler = Callable[[FakeRequest], "Reply | str | dict[str, Any]"]
+RouteHandler = Callable[[FakeRequest], "Reply | dict[str, Any]"]
 
 
 class FakeOpenAIServer:
@@ -112,8 +114,10 @@ class FakeOpenAIServer:
         handler: ChatHandler = echo,
         models: Sequence[str] | None = ("fake-model",),
         api_key: str | None = None,
+        routes: dict[str, RouteHandler] | None = None,
     ) -> None:
         self.handler = handler
+        self.routes = dict(routes or {})
         self.models = None if models is None else list(models)
         self.api_key = api_key
         self.requests: list[FakeRequest] = []
@@ -169,6 +173,12 @@ class FakeOpenAIServer:
         if req.method == "GET" and req.path == "/v1/models" and self.models is not None:
             data = [{"id": m, "object": "model"} for m in self.models]
             return Reply(200, {"object": "list", "data": data})
+        if req.method == "POST" and req.path in self.routes:
+            try:
+                out = self.routes[req.path](req)
+            except Exception as exc:  # a broken test handler should show up as a 500
+                return Reply(500, {"error": {"message": f"handler raised {exc!r}"}})
+            return out if isinstance(out, Reply) else Reply(200, out)
         if req.method != "POST" or req.path != "/v1/chat/completions":
             return Reply(404, {"error": {"message": f"no route {req.method} {req.path}"}})
         with self._lock:

@@ -48,6 +48,10 @@ def test_a_run_writes_every_file_and_summary(tmp_path):
         "curriculum/addition/items_tracked",
     ):
         assert key in steps[0], key
+    # every step's groups update the curricula: 4 items per step, drawn with replacement
+    tracked = [r["curriculum/addition/items_tracked"] for r in steps]
+    assert tracked[0] >= 1 and tracked == sorted(tracked)
+    assert steps[-1]["curriculum/addition/total_updates"] == 16
     summary = json.loads(run.summary_path.read_text())
     assert "accuracy" in summary["initial_eval"] and "accuracy" in summary["final_eval"]
     assert summary["steps"] == 4

@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from honed.errors import HonedError, did_you_mean
 
@@ -183,6 +190,70 @@ class LoggingConfig(Strict):
     progress: bool = True
 
 
+class ServerConfig(Strict):
+    """OpenAI-compatible inference servers (vLLM, SGLang) that generate the rollouts.
+
+    `base_url` is one server or a list (`http://host:8000/v1`); rows are spread over them in
+    turn. The learner sends token ids and asks for sampled token ids and log-probs, so every
+    server must serve the policy's tokenizer. `weight_sync` says how new weights reach them:
+    `reload` saves the policy under `weights_dir` (a path every server can read) and POSTs
+    `{"model_path": <dir>}` to `reload_endpoint` (SGLang's `/update_weights_from_disk`); `none`
+    leaves the served weights alone; `module:Class` names your own hook.
+    """
+
+    base_url: list[str]
+    model: str = Field(min_length=1)
+    api_key_env: str | None = None
+    timeout_s: float = Field(300.0, gt=0)
+    max_retries: int = Field(4, ge=0)
+    concurrency: int = Field(64, ge=1)
+    weight_sync: str = "reload"
+    reload_endpoint: str = "/update_weights_from_disk"
+    weights_dir: str | None = None
+
+    @field_validator("base_url", mode="before")
+    @classmethod
+    def _urls(cls, value: Any) -> Any:
+        urls = [value] if isinstance(value, str) else value
+        if not urls:
+            raise ValueError("give at least one server URL")
+        for url in urls:
+            if not str(url).startswith(("http://", "https://")):
+                raise ValueError(f"a server URL must start with http:// or https://, got {url!r}")
+        return [str(url).rstrip("/") for url in urls]
+
+
+class DistributedConfig(Strict):
+    """Where rollouts are generated: in the learner (`inprocess`, the default), on Ray actors
+    (`ray`), or on inference servers (`server`; with `ray`, a `server` section makes the Ray
+    workers generate through the servers). The learner alone owns the sampler and optimizer.
+
+    `max_staleness` lets rollouts run that many optimizer steps ahead of the learner (0:
+    synchronous); off-policy tokens are reweighted by min(π_old / μ, `importance_sampling_cap`).
+    """
+
+    backend: Literal["inprocess", "ray", "server"] = "inprocess"
+    num_rollout_workers: int = Field(2, ge=1)
+    address: str = "local"
+    cpus_per_worker: float = Field(1.0, gt=0)
+    max_worker_restarts: int = Field(3, ge=0)
+    max_staleness: int = Field(0, ge=0)
+    importance_sampling_cap: float = Field(2.0, ge=1)
+    server: ServerConfig | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DistributedConfig:
+        if self.address not in ("local", "auto") and not self.address.startswith("ray://"):
+            raise ValueError(
+                f"address must be local, auto or ray://host:port, not {self.address!r}"
+            )
+        if self.backend == "server" and self.server is None:
+            raise ValueError("backend 'server' needs a 'server' section (base_url, model)")
+        if self.backend == "inprocess" and self.server is not None:
+            raise ValueError("a 'server' section needs backend 'server' (or 'ray')")
+        return self
+
+
 class Config(Strict):
     seed: int = 0
     run_dir: str | None = None
@@ -196,6 +267,7 @@ class Config(Strict):
     eval: EvalConfig = EvalConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     logging: LoggingConfig = LoggingConfig()
+    distributed: DistributedConfig = DistributedConfig()
 
     @model_validator(mode="after")
     def _envs(self) -> Config:

@@ -279,7 +279,11 @@ class ChatClient:
         """One chat completion with retries; `params` override the config's request fields
         (a `None` value leaves the field out). Raises `HonedError` when it cannot succeed."""
         url = f"{self.config.base_url}/chat/completions"
-        body = self._body(messages, params)
+        return self._reply(self.post(url, self._body(messages, params), stage), url, stage)
+
+    def post(self, url: str, body: dict[str, Any], stage: str = "default") -> httpx.Response:
+        """POST `body` as JSON to `url` (any route of the server) with the client's retries,
+        concurrency limit and credentials; the successful response, or a `HonedError`."""
         attempts = self.config.max_retries + 1
         for attempt in range(attempts):
             retry_after = None
@@ -293,19 +297,19 @@ class ChatClient:
             else:
                 status = response.status_code
                 if status < 400:
-                    return self._reply(response, url, stage)
+                    return response
                 problem = f"HTTP {status}: {_server_message(response)}"
                 if status != 429 and status < 500:
                     hint = f"; {self._key_hint()}" if status in (401, 403) else ""
                     raise HonedError(
-                        f"chat request to {url} (model '{self.config.model}') failed with "
+                        f"request to {url} (model '{self.config.model}') failed with "
                         f"{problem}{hint}"
                     )
                 retry_after = response.headers.get("retry-after")
             if attempt + 1 < attempts:
                 delay = retry_delay(attempt, self.config.backoff_s, retry_after, self._rng)
                 log.warning(
-                    "chat request to %s %s; retry %d/%d in %.1fs",
+                    "request to %s %s; retry %d/%d in %.1fs",
                     url,
                     problem,
                     attempt + 1,
@@ -315,7 +319,7 @@ class ChatClient:
                 self.meter.add(stage, retries=1)
                 time.sleep(delay)
         raise HonedError(
-            f"chat request to {url} (model '{self.config.model}') {problem}; gave up after "
+            f"request to {url} (model '{self.config.model}') {problem}; gave up after "
             f"{attempts} attempt(s)"
         )
 

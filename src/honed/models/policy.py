@@ -349,6 +349,8 @@ class PolicySampler:
         return self.policy.encode(text)
 
     def generate(self, prompts: Sequence[str | list[int]], seeds: Sequence[int]) -> list[Sample]:
+        """Samples in eval mode (no dropout), whatever mode training left the model in, so that
+        the learner and a rollout worker with the same weights sample the same tokens."""
         # A GRPO group repeats its prompt num_generations times: encode each text once.
         encoded: dict[str, list[int]] = {}
         ids = []
@@ -360,8 +362,14 @@ class PolicySampler:
             ids.append(list(p))
         step = self.batch_size or max(1, len(ids))
         out: list[Sample] = []
-        for start in range(0, len(ids), step):
-            out += self.policy.generate(
-                ids[start : start + step], seeds[start : start + step], self.params
-            )
+        model = self.policy.model
+        training = model.training
+        model.eval()
+        try:
+            for start in range(0, len(ids), step):
+                out += self.policy.generate(
+                    ids[start : start + step], seeds[start : start + step], self.params
+                )
+        finally:
+            model.train(training)
         return out

@@ -21,7 +21,11 @@ default) the normaliser changes nothing but what the clip cuts off. It matters
   [0, 1] already, since the batch is part of the statistics).
 
 Hence: normalise a whole group in one call (so its rewards share a, b), and leave the
-normaliser off (`mode="none"`) under group scaling unless outlier clipping is wanted. The map
+normaliser off (`mode="none"`) under group scaling unless outlier clipping is wanted. The GRPO
+trainer goes further: it `observe`s the statistics of every group of a step (each group's
+Welford shard, computed wherever the group was rolled out, merged in item order) and then
+`apply`s one map to all of them, so a step's rewards share a, b and the result does not depend
+on how the groups were spread over workers. The map
 also moves as statistics accumulate (and jumps when warmup ends), which under
 `scale_rewards: none` shows up as a changing advantage scale early in training.
 """
@@ -87,10 +91,23 @@ class RewardNormalizer:
         """Add the batch to the statistics, then map it (raw but clipped during warmup)."""
         if self.mode == "none":
             return [float(s) for s in scores]
+        self._stats.update_batch(scores)  # rejects NaN and infinity
+        return self.apply(scores)
+
+    def observe(self, stats: WelfordAccumulator) -> None:
+        """Add statistics gathered elsewhere (a rollout worker's shard) without mapping anything.
+
+        The GRPO trainer observes every group of a step first and then `apply`s one map to all
+        of them, so a step's rewards share one affine map wherever they were generated.
+        """
+        if self.mode != "none":
+            self._stats.merge(stats)
+
+    def apply(self, scores: Sequence[float] | np.ndarray) -> list[float]:
+        """Map scores with the current statistics, recording nothing."""
         values = np.asarray(scores, dtype=np.float64).ravel()
-        self._stats.update_batch(values)  # rejects NaN and infinity
-        if values.size == 0:
-            return []
+        if self.mode == "none" or values.size == 0:
+            return values.tolist()
         if not self.is_warmed_up:
             out = values
         elif self.mode == "zscore":

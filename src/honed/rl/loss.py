@@ -11,10 +11,20 @@ the batch is split (the bug class behind most GRPO gradient-accumulation reports
              counts the step's tokens, so on one learner `bnpo` and `dapo` coincide.
 - `dapo`:    token sum over the step's total tokens (weight 1 / T).
 - `dr_grpo`: token sum over a constant, N · max_completion_length (no length bias at all).
+
+Off-policy tokens (sampled by weights some optimizer steps old, or by an inference server whose
+numerics differ from the learner's) carry a truncated importance weight
+w = min(π_old / μ, C) (`truncated_importance_weights`), where μ is the behaviour policy whose
+log-probs the rollout recorded and π_old the learner's policy at the start of the step. The
+clipped surrogate then compares π_θ with π_old as usual (the decoupled PPO objective), and w
+multiplies every per-token term, KL included, since all of them are expectations over tokens
+that μ, not π_old, sampled. Capping w at C bounds the variance a very stale or mismatched token
+can add, at the price of a bias towards μ.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -91,3 +101,16 @@ def clipped_surrogate(
     low = (ratio < 1 - epsilon_low) & (adv < 0)
     high = (ratio > 1 + epsilon_high) & (adv > 0)
     return SurrogateOut(per_token, ratio, low, high)
+
+
+def truncated_importance_weights(
+    proximal_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, cap: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token min(π_old / μ, cap) where `mask` is set, 1 elsewhere; and where it capped.
+
+    Computed in log space and clamped before `exp`, so a padded position or a huge ratio never
+    overflows. No gradient flows through the weights.
+    """
+    log_ratio = (proximal_logp - behaviour_logp).detach().masked_fill(~mask, 0.0)
+    weights = torch.exp(log_ratio.clamp(max=math.log(cap)))
+    return weights, (log_ratio > math.log(cap)) & mask

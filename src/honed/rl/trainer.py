@@ -1,16 +1,19 @@
 """The GRPO trainer: the only place that knows the order of a step.
 
     sample items ─▶ roll out groups ─▶ (dynamic sampling) ─▶ advantages per group
-        ─▶ clipped surrogate (+KL) over micro-batches ─▶ optimizer step ─▶ log, checkpoint
+        ─▶ clipped surrogate (+KL) over micro-batches ─▶ optimizer step ─▶ send the weights
+        to the rollout backend ─▶ log, checkpoint
 
-Everything with state (policy, optimizer, scheduler, sampler, RNGs) goes into each checkpoint,
-so `--resume` continues bit-for-bit on CPU.
+Rollouts go through a backend (`honed.distributed`): in this process by default, or on Ray
+workers or inference servers, possibly `max_staleness` steps ahead. The trainer alone owns the
+sampler, curricula, normalisers and optimizer. Everything with state (policy, optimizer,
+scheduler, sampler, RNGs, requests submitted ahead) goes into each checkpoint, so `--resume`
+continues bit-for-bit on CPU in synchronous mode.
 """
 
 from __future__ import annotations
 
 import copy
-import math
 import random
 import time
 from collections import defaultdict
@@ -21,10 +24,10 @@ import numpy as np
 import torch
 
 from honed.config import Config, dump_config
+from honed.distributed import RolledGroup, RolloutPipeline, RolloutRequest, build_backend
 from honed.envs.base import Environment
 from honed.envs.registry import build_envs as build_config_envs
-from honed.errors import HonedError
-from honed.models.policy import Policy, PolicySampler, SamplingParams
+from honed.models.policy import Policy
 from honed.rewards import RewardNormalizer
 from honed.rl.evaluate import evaluate
 from honed.rl.schedule import build_lr_scheduler, build_optimizer
@@ -93,9 +96,6 @@ class GRPOTrainer:
         self.policy: Policy | None = None
 
     # ------------------------------------------------------------------ set-up
-
-    def _sampling(self) -> SamplingParams:
-        return SamplingParams(self.cfg.temperature, self.cfg.top_p, self.cfg.max_completion_length)
 
     def _evaluate(self, split: str | None = None) -> dict[str, float]:
         ev = self.config.eval
@@ -183,8 +183,18 @@ class GRPOTrainer:
             self.run.truncate_logs(self.step)
             self.reporter.note(f"resumed from {path} (step {self.step})")
         self.update = PolicyUpdate(
-            self.policy, self.optimizer, self.scheduler, self.cfg, self._reference()
+            self.policy,
+            self.optimizer,
+            self.scheduler,
+            self.cfg,
+            self._reference(),
+            self.config.distributed.importance_sampling_cap,
         )
+        self.rollouts = build_backend(self.config, self.envs, self.policy, self.run.path)
+        self.pipeline = RolloutPipeline(self.rollouts, self.config.distributed.max_staleness)
+        if state is not None:
+            self.pipeline.load_state_dict(state.get("rollout_queue", []), self.sampler.items)
+        self.rollouts.sync_weights(self.policy, self.step)
         self.sinks = Sinks(self.run, self.config)
 
     # ------------------------------------------------------------------ checkpoints
@@ -199,6 +209,7 @@ class GRPOTrainer:
             "rng": rng_state(),
             "initial_eval": self.initial_eval,
             "warmstart": self.warmstart,
+            "rollout_queue": self.pipeline.state_dict(),
         }
 
     def save_checkpoint(self) -> Path:
@@ -215,65 +226,63 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ one step
 
-    def rollout(self, round_index: int, count: int) -> list[Group]:
-        items = self.sampler.next_items(count, self.step, self.cfg.max_steps)
-        by_env: dict[str, list] = defaultdict(list)
-        for item in items:
-            by_env[item.env].append(item)
-        sampler = PolicySampler(self.policy, self._sampling())
-        seed = derive_seed(self.config.seed, "rollout", self.step, round_index)
-        groups: list[Group] = []
-        for name, env_items in by_env.items():
-            env = self.envs[name]
-            out = env.rollout(env_items, sampler, self.cfg.num_generations, seed)
-            for g in out:
-                g.env = name
-                for t in g.trajectories:
-                    if not math.isfinite(t.reward) or any(
-                        s.reward is not None and not math.isfinite(s.reward) for s in t.segments
-                    ):
-                        raise HonedError(
-                            f"environment '{name}' returned a non-finite reward ({t.reward}) "
-                            f"for item '{g.item_key}'"
-                        )
-            groups += out
-        # Every drawn group informs the curricula, also those dynamic sampling then drops.
-        self.sampler.observe(groups)
-        return groups
+    def draw(self, step: int, round_index: int, count: int) -> RolloutRequest:
+        """A request for `count` items of `step`, drawn from the sampler now."""
+        items = self.sampler.next_items(count, step, self.cfg.max_steps)
+        seed = derive_seed(self.config.seed, "rollout", step, round_index)
+        return self.pipeline.request(step, round_index, items, seed)
 
-    def collect(self) -> tuple[list[Group], dict[str, float]]:
+    def rollout(self, round_index: int, count: int) -> list[RolledGroup]:
+        """A round of groups; every group drawn, kept or not, updates its item's curriculum."""
+        if round_index == 0:
+            rolled = self.pipeline.first_round(self.step, self.cfg.max_steps, count, self.draw)
+        else:
+            rolled = self.pipeline.now(self.draw(self.step, round_index, count))
+        self.sampler.observe([r.group for r in rolled])
+        return rolled
+
+    def collect(self) -> tuple[list[RolledGroup], dict[str, float]]:
         """One step's groups; with dynamic sampling, draw more until enough have spread."""
         want = self.cfg.prompts_per_step
-        groups = self.rollout(0, want)
-        sampled = len(groups)
+        rolled = self.rollout(0, want)
+        sampled = len(rolled)
         rounds = 1
         if self.cfg.dynamic_sampling:
-            useful = [
-                g for g, z in zip(groups, zero_spread(groups, self.cfg), strict=True) if not z
-            ]
-            pool = groups
+            useful = self._with_spread(rolled)
+            pool = rolled
             while len(useful) < want and rounds < self.cfg.max_sampling_rounds:
                 more = self.rollout(rounds, want - len(useful))
                 rounds += 1
                 sampled += len(more)
                 pool = pool + more
-                useful += [
-                    g for g, z in zip(more, zero_spread(more, self.cfg), strict=True) if not z
-                ]
+                useful += self._with_spread(more)
             # Batches stay the same size: the first `want` useful groups, topped up with
             # zero-spread ones (which the filter then drops) only when the cap was reached.
             chosen = useful[:want]
             if len(chosen) < want:
-                taken = {id(g) for g in chosen}
-                chosen += [g for g in pool if id(g) not in taken][: want - len(chosen)]
-            groups = chosen
-        return groups, {"sampling/rounds": float(rounds), "sampling/groups_drawn": float(sampled)}
+                taken = {id(r) for r in chosen}
+                chosen += [r for r in pool if id(r) not in taken][: want - len(chosen)]
+            rolled = chosen
+        return rolled, {"sampling/rounds": float(rounds), "sampling/groups_drawn": float(sampled)}
+
+    def _with_spread(self, rolled: list[RolledGroup]) -> list[RolledGroup]:
+        spread = zero_spread([r.group for r in rolled], self.cfg)
+        return [r for r, z in zip(rolled, spread, strict=True) if not z]
 
     def train_step(self) -> dict[str, float]:
         started = time.perf_counter()
-        groups, metrics = self.collect()
+        rolled, metrics = self.collect()
         rollout_time = time.perf_counter() - started
-        prepared = prepare(groups, self.cfg, self.normalize)
+        groups = [r.group for r in rolled]
+        # Each group brings its own shard of reward statistics; merging them in item order
+        # before mapping any reward gives the same normaliser state however the groups were
+        # spread over workers, and one map for the whole step.
+        for r in rolled:
+            self.normalizers[r.group.env].observe(r.reward_stats)
+        # tokens from older weights, or from another engine, are importance-weighted
+        staleness = [self.step - r.version for r in rolled]
+        off_policy = [lag > 0 or not r.exact for r, lag in zip(rolled, staleness, strict=True)]
+        prepared = prepare(groups, self.cfg, self.normalize, off_policy)
         metrics.update(prepared.metrics)
         update_started = time.perf_counter()
         if prepared.sequences:
@@ -281,9 +290,13 @@ class GRPOTrainer:
         else:
             metrics.update(self.update.skip())
         self.step += 1
+        self.rollouts.sync_weights(self.policy, self.step)
         elapsed = time.perf_counter() - started
         metrics.update(self.rollout_metrics(groups))
         metrics.update(self.sampler.metrics())
+        metrics.update(self.rollouts.metrics())
+        metrics["async/staleness_mean"] = sum(staleness) / len(staleness)
+        metrics["async/staleness_max"] = float(max(staleness))
         if self.config.reward_norm.mode != "none":
             for name, normalizer in self.normalizers.items():
                 for key, value in normalizer.metrics_dict().items():
@@ -300,7 +313,7 @@ class GRPOTrainer:
         return metrics
 
     def normalize(self, env: str, rewards: list[float]) -> list[float]:
-        return self.normalizers[env].normalize(rewards)
+        return self.normalizers[env].apply(rewards)
 
     def rollout_metrics(self, groups: list[Group]) -> dict[str, float]:
         trajs = [(g.env, t) for g in groups for t in g.trajectories]
@@ -351,6 +364,12 @@ class GRPOTrainer:
 
     def train(self, resume: bool = False) -> dict[str, Any]:
         self.setup(resume)
+        try:
+            return self._train()
+        finally:
+            self.rollouts.close()
+
+    def _train(self) -> dict[str, Any]:
         started = time.perf_counter()
         if not self.initial_eval:
             with self.reporter.status("initial evaluation"):

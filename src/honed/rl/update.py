@@ -3,12 +3,18 @@
 `prepare` turns groups into training sequences (one per segment, each with its group-relative
 advantage), dropping zero-spread groups; `PolicyUpdate.step` runs `num_iterations` optimizer
 steps over them, in micro-batches whose losses sum exactly to the full-batch loss.
+
+A sequence is *off-policy* when the weights or the engine that sampled it are not the learner's
+current ones (asynchronous rollouts, inference servers). Its π_old is then the learner's own
+log-prob at the start of the step (the proximal policy), and its tokens are reweighted by the
+truncated importance weight min(π_old / μ, C) against the recorded behaviour log-probs μ
+(`rl/loss.py`). On-policy sequences take exactly the synchronous path.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -18,7 +24,12 @@ from honed.config import TrainerConfig
 from honed.models.policy import Policy
 from honed.models.prefix import batch_logprobs, build_batch
 from honed.rl.advantages import compute_advantages, group_units
-from honed.rl.loss import clipped_surrogate, kl_penalty, token_weights
+from honed.rl.loss import (
+    clipped_surrogate,
+    kl_penalty,
+    token_weights,
+    truncated_importance_weights,
+)
 from honed.types import Group
 
 
@@ -29,6 +40,7 @@ class TrainSequence:
     mask: list[int]
     old_logprobs: list[float]
     advantage: float
+    off_policy: bool = False
 
 
 @dataclass
@@ -76,8 +88,12 @@ def prepare(
     groups: list[Group],
     cfg: TrainerConfig,
     normalize: Callable[[str, list[float]], list[float]] | None = None,
+    off_policy: Sequence[bool] | None = None,
 ) -> Prepared:
-    """Training sequences from groups; `normalize(env, rewards)` maps rewards before advantages."""
+    """Training sequences from groups; `normalize(env, rewards)` maps rewards before advantages;
+    `off_policy` (one flag per group, default none) marks groups whose behaviour log-probs are
+    not the learner's current ones, to be importance-weighted."""
+    off_policy = off_policy or [False] * len(groups)
     rewards = [unit_rewards(g, cfg) for g in groups]
     if normalize is not None:
         rewards = [normalize(g.env, r) for g, r in zip(groups, rewards, strict=True)]
@@ -85,7 +101,7 @@ def prepare(
     zero = [s < cfg.zero_std_tolerance for s in stds]
     sequences: list[TrainSequence] = []
     kept: list[Group] = []
-    for group, adv, is_zero in zip(groups, advantages, zero, strict=True):
+    for group, adv, is_zero, off in zip(groups, advantages, zero, off_policy, strict=True):
         if is_zero and cfg.filter_zero_std:
             continue
         kept.append(group)
@@ -99,7 +115,14 @@ def prepare(
                 if cfg.mask_truncated_completions and seg.truncated:
                     mask = [0] * len(mask)
                 sequences.append(
-                    TrainSequence(seg.prompt_ids, seg.completion_ids, mask, seg.logprobs, float(a))
+                    TrainSequence(
+                        seg.prompt_ids,
+                        seg.completion_ids,
+                        mask,
+                        seg.logprobs,
+                        float(a),
+                        off,
+                    )
                 )
     metrics = {
         "frac_reward_zero_std": sum(zero) / len(zero) if zero else 0.0,
@@ -127,6 +150,7 @@ class PolicyUpdate:
         scheduler: torch.optim.lr_scheduler.LRScheduler,
         cfg: TrainerConfig,
         reference: PreTrainedModel | None = None,
+        importance_sampling_cap: float = 2.0,
     ) -> None:
         if cfg.beta > 0 and reference is None:
             raise ValueError("beta > 0 needs a reference model")
@@ -135,6 +159,7 @@ class PolicyUpdate:
         self.scheduler = scheduler
         self.cfg = cfg
         self.reference = reference
+        self.importance_sampling_cap = importance_sampling_cap
 
     def micro_batches(self, n: int) -> list[list[int]]:
         size = self.cfg.micro_batch_size or max(1, n)
@@ -146,8 +171,13 @@ class PolicyUpdate:
         masks = [torch.as_tensor(s.mask, dtype=torch.float32) for s in sequences]
         weights = token_weights(masks, cfg.loss_type, cfg.max_completion_length)
         stats: dict[str, float] = {}
+        # π_old of off-policy sequences: the learner's log-probs in the first iteration, per
+        # micro-batch, reused by later iterations
+        proximal: dict[int, torch.Tensor] = {}
         for iteration in range(cfg.num_iterations):
-            stats = self._one_step(sequences, weights, on_policy=cfg.num_iterations == 1)
+            stats = self._one_step(
+                sequences, weights, on_policy=cfg.num_iterations == 1, proximal=proximal
+            )
             stats["iterations"] = float(iteration + 1)
         stats["learning_rate"] = self.optimizer.param_groups[0]["lr"]
         self.scheduler.step()
@@ -166,15 +196,20 @@ class PolicyUpdate:
         return {"learning_rate": lr, "update/skipped": 1.0}
 
     def _one_step(
-        self, sequences: list[TrainSequence], weights: list[torch.Tensor], on_policy: bool
+        self,
+        sequences: list[TrainSequence],
+        weights: list[torch.Tensor],
+        on_policy: bool,
+        proximal: dict[int, torch.Tensor],
     ) -> dict[str, float]:
         cfg = self.cfg
         model = self.policy.model
         model.train()
         self.optimizer.zero_grad(set_to_none=True)
         sums = {"loss": 0.0, "low": 0.0, "high": 0.0, "kl": 0.0, "entropy": 0.0, "ratio": 0.0}
+        sums |= {"off": 0.0, "capped": 0.0, "is_weight": 0.0}
         tokens = 0.0
-        for idx in self.micro_batches(len(sequences)):
+        for mb, idx in enumerate(self.micro_batches(len(sequences))):
             chunk = [sequences[i] for i in idx]
             batch = build_batch(
                 [s.prompt_ids for s in chunk],
@@ -184,12 +219,16 @@ class PolicyUpdate:
             )
             width = batch.completion_width
             logp, entropy = batch_logprobs(model, batch, cfg.temperature, with_entropy=True)
+            behaviour = _pad([s.old_logprobs for s in chunk], width)
+            off = torch.as_tensor([s.off_policy for s in chunk], dtype=torch.bool)[:, None]
+            if mb not in proximal:
+                proximal[mb] = logp.detach()
             if on_policy:
-                # π_old is the policy that sampled the batch, which is the current one: the
+                # π_old is the policy at the start of the step, which is the current one: the
                 # ratio is exactly 1 in value and the gradient is the policy gradient.
                 old = logp.detach()
             else:
-                old = _pad([s.old_logprobs for s in chunk], width)
+                old = torch.where(off, proximal[mb], behaviour)
             adv = torch.as_tensor([s.advantage for s in chunk], dtype=torch.float32)
             surr = clipped_surrogate(logp, old, adv, cfg.epsilon, cfg.clip_high)
             per_token = surr.per_token_loss
@@ -199,12 +238,21 @@ class PolicyUpdate:
                     ref, _ = batch_logprobs(self.reference, batch, cfg.temperature)
                 kl = kl_penalty(logp, ref.clone(), cfg.kl_estimator)
                 per_token = per_token + cfg.beta * kl
+            mask = batch.completion_mask.float()
+            off_mask = off & batch.completion_mask.bool()
+            if bool(off_mask.any()):
+                is_weight, capped = truncated_importance_weights(
+                    proximal[mb], behaviour, off_mask, self.importance_sampling_cap
+                )
+                per_token = per_token * is_weight
+                sums["off"] += float(off_mask.sum())
+                sums["capped"] += float(capped.sum())
+                sums["is_weight"] += float((is_weight * off_mask).sum())
             w = torch.zeros((len(chunk), width), dtype=torch.float32)
             for row, i in enumerate(idx):
                 w[row, : len(weights[i])] = weights[i].to(torch.float32)
             loss = (per_token * w).sum()
             loss.backward()
-            mask = batch.completion_mask.float()
             n = float(mask.sum())
             tokens += n
             sums["loss"] += loss.item()
@@ -218,6 +266,7 @@ class PolicyUpdate:
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         self.optimizer.step()
         per_tok = max(tokens, 1.0)
+        off_tok = max(sums["off"], 1.0)
         return {
             "loss": sums["loss"],
             "clip_ratio/low_mean": sums["low"] / per_tok,
@@ -228,4 +277,7 @@ class PolicyUpdate:
             "kl": sums["kl"] / per_tok,
             "grad_norm": float(grad_norm),
             "tokens/trained": tokens,
+            "is/off_policy_frac": sums["off"] / per_tok,
+            "is/capped_frac": sums["capped"] / off_tok,
+            "is/weight_mean": sums["is_weight"] / off_tok if sums["off"] else 1.0,
         }

@@ -1,0 +1,78 @@
+"""Rolling out a shard of items: the same code in the learner, in a Ray worker, or in front of
+an inference server, so that what comes back depends only on the items, seed and weights.
+
+Every rollout's randomness is seeded from (run seed, step, round, item key, generation index)
+(`SingleTurnEnv.rollout` and `Policy.generate` draw row i only from its own seed), so a shard
+of a step's items yields exactly the groups those items yield in the whole batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from honed.config import TrainerConfig
+from honed.envs.base import Environment, Generator
+from honed.errors import HonedError
+from honed.rewards import WelfordAccumulator
+from honed.rl.update import unit_rewards
+from honed.types import Group, Item
+
+
+def check_finite(env: str, group: Group) -> None:
+    """A non-finite reward would poison the normaliser and the advantages: stop with its name."""
+    for t in group.trajectories:
+        if not math.isfinite(t.reward) or any(
+            s.reward is not None and not math.isfinite(s.reward) for s in t.segments
+        ):
+            raise HonedError(
+                f"environment '{env}' returned a non-finite reward ({t.reward}) "
+                f"for item '{group.item_key}'"
+            )
+
+
+def reward_stats(group: Group, cfg: TrainerConfig) -> WelfordAccumulator:
+    """The group's shard of reward statistics: its unit rewards, as the trainer normalises them."""
+    stats = WelfordAccumulator()
+    stats.update_batch(unit_rewards(group, cfg))
+    return stats
+
+
+def roll_out(
+    envs: Mapping[str, Environment],
+    generator: Generator,
+    items: Sequence[Item],
+    seed: int,
+    cfg: TrainerConfig,
+) -> list[tuple[Group, WelfordAccumulator]]:
+    """One group (with its reward statistics) per item, in the order of `items`.
+
+    Items of one environment go to it in one call, so a single-turn environment batches all
+    their completions into one generation.
+    """
+    slots: dict[str, list[int]] = {}
+    for i, item in enumerate(items):
+        slots.setdefault(item.env, []).append(i)
+    out: dict[int, tuple[Group, WelfordAccumulator]] = {}
+    for name, where in slots.items():
+        groups = envs[name].rollout([items[i] for i in where], generator, cfg.num_generations, seed)
+        if len(groups) != len(where):
+            raise HonedError(
+                f"environment '{name}' returned {len(groups)} groups for {len(where)} items"
+            )
+        for i, group in zip(where, groups, strict=True):
+            group.env = name
+            check_finite(name, group)
+            out[i] = (group, reward_stats(group, cfg))
+    return [out[i] for i in range(len(items))]
+
+
+def split(n: int, parts: int) -> list[range]:
+    """Contiguous, balanced index ranges: `n` items over `parts` workers (sizes differ by ≤ 1)."""
+    base, extra = divmod(n, parts)
+    out, start = [], 0
+    for p in range(parts):
+        size = base + (p < extra)
+        out.append(range(start, start + size))
+        start += size
+    return out

@@ -1,0 +1,106 @@
+"""How new weights reach inference servers after each optimizer step.
+
+A hook is anything with `push(policy, version) -> int`; it returns, once the servers generate
+with their new weights, the version they serve (the backend has already waited for requests in
+flight, so no sample mixes two versions, and each sample's staleness is exact).
+`distributed.server.weight_sync` picks one:
+
+- `reload` (`ReloadFromDisk`): save the policy as a Hugging Face directory
+  `<weights_dir>/step_<version>` and POST `{"model_path": <that directory>}` to each server's
+  `reload_endpoint`. SGLang serves this as `/update_weights_from_disk`; for vLLM, point
+  `reload_endpoint` at a route that reloads from a path (vLLM's own weight-transfer API moves
+  tensors over NCCL/IPC between GPUs, which a CPU learner cannot join). The directory must be
+  readable by the servers under the same path (one machine, or a shared file system).
+- `none`: the servers keep the weights they started with (the run learns from a fixed sampler,
+  whose staleness grows by one every step; every token is importance-weighted against it).
+- `module:Class`: your own hook, built as `Class(server_config, weights_dir)`; LoRA-adapter
+  loading (vLLM's `/v1/load_lora_adapter`) fits here once the learner trains adapters.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import httpx
+
+from honed.config import ServerConfig
+from honed.errors import HonedError
+from honed.models.chat import ChatClient
+from honed.models.policy import Policy
+from honed.runs.files import atomic_write_dir
+from honed.user_code import load_object
+
+
+@runtime_checkable
+class WeightSync(Protocol):
+    def push(self, policy: Policy, version: int) -> int: ...
+
+
+class NoWeightSync:
+    """The servers keep serving what they served at the first push (the start of the run)."""
+
+    def __init__(self) -> None:
+        self.served: int | None = None
+
+    def push(self, policy: Policy, version: int) -> int:
+        if self.served is None:
+            self.served = version
+        return self.served
+
+
+def endpoint_url(base_url: str, endpoint: str) -> str:
+    """`endpoint` as a URL: absolute as given, or a path on the server's origin (no `/v1`)."""
+    if endpoint.startswith(("http://", "https://")):
+        return endpoint
+    return str(httpx.URL(base_url).copy_with(path=endpoint, query=None))
+
+
+class ReloadFromDisk:
+    """Save + reload: the policy goes to disk, each server is asked to load that directory.
+
+    The two newest directories are kept (a server may still be reading the previous one).
+    """
+
+    def __init__(self, cfg: ServerConfig, weights_dir: Path, clients: list[ChatClient]) -> None:
+        self.cfg = cfg
+        self.dir = Path(weights_dir).resolve()
+        self.clients = clients
+
+    def push(self, policy: Policy, version: int) -> int:
+        path = self.dir / f"step_{version}"
+        if not path.is_dir():
+            atomic_write_dir(path, policy.save)
+        for client in self.clients:
+            url = endpoint_url(client.config.base_url, self.cfg.reload_endpoint)
+            reply = client.post(url, {"model_path": str(path)}, stage="weight_sync")
+            try:
+                body = reply.json()
+            except ValueError:
+                body = {}
+            if isinstance(body, dict) and body.get("success") is False:
+                raise HonedError(
+                    f"the inference server at {url} did not load the weights in {path}: "
+                    f"{body.get('message', body)}"
+                )
+        for old in sorted(self.dir.glob("step_*"), key=lambda p: int(p.name[5:]))[:-2]:
+            shutil.rmtree(old, ignore_errors=True)
+        return version
+
+
+def build_weight_sync(cfg: ServerConfig, run_dir: Path, clients: list[ChatClient]) -> WeightSync:
+    weights_dir = Path(cfg.weights_dir) if cfg.weights_dir else Path(run_dir) / "server_weights"
+    if cfg.weight_sync == "reload":
+        return ReloadFromDisk(cfg, weights_dir, clients)
+    if cfg.weight_sync == "none":
+        return NoWeightSync()
+    if ":" not in cfg.weight_sync:
+        raise HonedError(
+            f"distributed.server.weight_sync: '{cfg.weight_sync}' is not reload, none or "
+            "module:Class"
+        )
+    hook = load_object(cfg.weight_sync, "weight-sync hook")(cfg, weights_dir)
+    if not isinstance(hook, WeightSync):
+        raise HonedError(f"weight-sync hook '{cfg.weight_sync}' has no push(policy, version)")
+    return hook
