@@ -128,10 +128,10 @@ def test_following_the_reference_scores_full_accuracy_at_a_fraction_of_the_token
             assert t.components["tool_success"] == 1.0 and t.components["validity"] == 1.0
             assert t.components["memory_tokens"] <= 0.5 * t.components["input_tokens"]
     rows = {r.name: r for r in env.baselines("test")}
-    assert rows["reference"].accuracy == 1.0 == rows["store everything"].accuracy
+    assert rows["reference plan"].accuracy == 1.0 == rows["store everything"].accuracy
     assert rows["no memory"].accuracy == 0.0 and rows["no memory"].memory_tokens == 0
     assert rows["RAG top-2 chunks"].accuracy < 1.0
-    assert rows["reference"].memory_tokens <= 0.5 * rows["store everything"].memory_tokens
+    assert rows["reference plan"].memory_tokens <= 0.5 * rows["store everything"].memory_tokens
 
 
 def test_rollouts_are_reproducible_and_independent_of_batch():

@@ -17,6 +17,7 @@ from honed.runs.progress import Reporter
 from honed.runs.rundir import RunDir
 
 if TYPE_CHECKING:
+    from honed.models.policy import Policy
     from honed.skills.config import SkillsConfig
 
 EXIT_USAGE = 2
@@ -224,8 +225,9 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from honed.models.policy import Policy
-    from honed.rl.evaluate import evaluate
+    from honed.envs.base import Reporting
+    from honed.models.policy import Policy, SamplingParams
+    from honed.rl.evaluate import env_reports, evaluate
     from honed.rl.trainer import build_envs
     from honed.types import derive_seed
 
@@ -253,22 +255,62 @@ def cmd_eval(args: argparse.Namespace) -> int:
     envs = build_envs(config)
     policy = Policy.load(checkpoint, config.policy.dtype, config.policy.chat_template)
     reporter = Reporter(enabled=not args.quiet)
+    num_items = args.num_items or config.eval.num_items
     with reporter.status(f"evaluating {checkpoint} on {args.split}"):
         results = evaluate(
             policy,
             envs,
             split=args.split,
-            num_items=args.num_items or config.eval.num_items,
+            num_items=num_items,
             temperature=config.eval.temperature,
             max_tokens=config.trainer.max_completion_length,
             top_p=config.trainer.top_p,
             seed=derive_seed(config.seed, "eval"),
         )
+    params = SamplingParams(
+        config.eval.temperature, config.trainer.top_p, config.trainer.max_completion_length
+    )
+    tables = {}
+    if any(isinstance(env, Reporting) for env in envs.values()):
+        with reporter.status("environment reports (baselines and agents)"):
+            agents = _report_agents(run, checkpoint, policy, config)
+            tables = env_reports(
+                agents, envs, args.split, num_items, params, derive_seed(config.seed, "eval")
+            )
+    reports = {name: table.to_dict() for name, table in tables.items()}
     out = run.path / "eval" / f"{checkpoint.name}_{args.split}.json"
-    atomic_write_json(out, {"checkpoint": str(checkpoint), "split": args.split, **results})
+    atomic_write_json(
+        out, {"checkpoint": str(checkpoint), "split": args.split, **results, "reports": reports}
+    )
     reporter.values(f"{checkpoint} — {args.split}", results)
+    for name, table in tables.items():
+        reporter.table(f"{name}: {table.title}, {args.split} split", table.columns, table.rows)
+    if reports and run.summary_path.exists():
+        summary = run.read_summary()
+        summary.setdefault("reports", {})[args.split] = {"checkpoint": str(checkpoint), **reports}
+        run.write_summary(summary)
+        reporter.note(f"reports added to {run.summary_path} under reports.{args.split}")
     reporter.note(f"written to {out}")
     return 0
+
+
+def _report_agents(run: RunDir, checkpoint: Path, policy: Policy, config: Config) -> dict:
+    """The policies an environment report compares: the run's warm-start and the evaluated one."""
+    from honed.models.policy import Policy
+
+    agents = {}
+    if (run.warmstart / "config.json").is_file() and checkpoint != run.warmstart:
+        p = config.policy
+        agents["warm-start agent"] = Policy.load(
+            run.warmstart, p.dtype, p.chat_template, p.attn_implementation
+        )
+    if checkpoint == run.warmstart:
+        agents["warm-start agent"] = policy
+    elif checkpoint.name.startswith("step_"):
+        agents[f"GRPO agent ({checkpoint.name})"] = policy
+    else:
+        agents[checkpoint.name] = policy
+    return agents
 
 
 def cmd_skills_train(args: argparse.Namespace) -> int:

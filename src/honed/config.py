@@ -136,6 +136,8 @@ class SFTConfig(Strict):
     lr_scheduler_type: Literal["constant", "linear", "cosine"] = "cosine"
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float | None = 1.0
+    # 0: train only on the targets; > 0: also on the prompts' tokens, at this weight
+    prompt_loss_weight: float = Field(0.0, ge=0)
 
 
 class CurriculumConfig(Strict):

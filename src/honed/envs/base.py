@@ -12,9 +12,9 @@ rollouts a turn at a time.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from honed.types import Group, Item, Score, Segment, Trajectory, derive_seed
 
@@ -74,6 +74,37 @@ class Environment(Protocol):
     def sft_examples(self, item: Item) -> list[tuple[str, str]]:
         """(prompt, target completion) pairs from the reference solution, for warm-start."""
         ...
+
+
+@dataclass
+class Table:
+    """An environment's own evaluation report: one row per policy or baseline.
+
+    Cells are numbers, text, or `None` where a column does not apply to a row.
+    """
+
+    title: str
+    columns: list[str]
+    rows: list[list[Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "title": self.title,
+            "rows": [dict(zip(self.columns, row, strict=True)) for row in self.rows],
+        }
+
+
+@runtime_checkable
+class Reporting(Protocol):
+    """An environment whose evaluation says more than one accuracy (optional).
+
+    `honed eval` calls `report` with the run's policies by label (the warm-started and the
+    trained one) so the environment can set them beside its own baselines on the same items.
+    """
+
+    def report(
+        self, agents: Mapping[str, Generator], split: str, num_items: int | None, seed: int
+    ) -> Table: ...
 
 
 def rollout_seed(seed: int, item_key: str, generation: int) -> int:

@@ -9,9 +9,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 
-from honed.envs.base import Environment
+from honed.envs.base import Environment, Reporting, Table
 from honed.models.policy import Policy, PolicySampler, SamplingParams
 from honed.types import Group
+
+GREEDY = SamplingParams(temperature=0.0)
 
 
 def _mean(xs: list[float]) -> float:
@@ -74,3 +76,28 @@ def evaluate(
     results["accuracy"] = _mean(accuracies)
     results["reward"] = _mean(rewards)
     return results
+
+
+def env_reports(
+    agents: Mapping[str, Policy],
+    envs: Mapping[str, Environment],
+    split: str = "test",
+    num_items: int | None = 200,
+    params: SamplingParams = GREEDY,
+    seed: int = 0,
+) -> dict[str, Table]:
+    """Each reporting environment's table (`Reporting`), with every agent on the same items."""
+    reporting = {name: env for name, env in envs.items() if isinstance(env, Reporting)}
+    if not reporting:
+        return {}
+    samplers = {label: PolicySampler(policy, params) for label, policy in agents.items()}
+    modes = {label: policy.model.training for label, policy in agents.items()}
+    for policy in agents.values():
+        policy.model.eval()
+    try:
+        return {
+            name: env.report(samplers, split, num_items, seed) for name, env in reporting.items()
+        }
+    finally:
+        for label, policy in agents.items():
+            policy.model.train(modes[label])

@@ -3,6 +3,12 @@
 A policy built from scratch never samples a correct answer, so every GRPO group would have zero
 reward spread and nothing to learn from. A short supervised phase on reference solutions gives
 it a foothold; evaluation after it is the baseline GRPO's gain is measured against.
+
+By default only the target's tokens are trained. `prompt_loss_weight > 0` also trains the
+prompt's next-token prediction at that weight (the loss is the weighted mean over all tokens):
+a model built from scratch then learns the prompts' language, and, where prompts repeat
+themselves (a name in a memory entry and again in the new chunk), to copy from its context,
+which completion tokens alone teach slowly.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import torch
 from honed.config import SFTConfig
 from honed.envs.base import Environment
 from honed.errors import HonedError
-from honed.models.policy import Policy, make_batch
+from honed.models.policy import Policy, TokenBatch, make_batch
 from honed.rl.schedule import build_lr_scheduler, build_optimizer
 
 MAX_EXAMPLES_PER_ENV = 50_000
@@ -40,6 +46,30 @@ def sft_pool(policy: Policy, envs: Mapping[str, Environment]) -> list[tuple[list
     return pool
 
 
+def _batch(
+    examples: list[tuple[list[int], list[int]]], pad_id: int, prompt_weight: float
+) -> tuple[TokenBatch, torch.Tensor]:
+    """A padded batch and the loss weight of each position of its scored window.
+
+    With a prompt weight, every prompt token but the first (nothing predicts it) moves into
+    the scored window at weight `prompt_weight`; target tokens weigh 1, padding 0.
+    """
+    weights = [[1.0] * len(t) for _, t in examples]
+    if prompt_weight > 0:
+        weights = [
+            [prompt_weight] * (len(p) - 1) + w for (p, _), w in zip(examples, weights, strict=True)
+        ]
+        examples = [(p[:1], p[1:] + t) for p, t in examples]
+    batch = make_batch(
+        [p for p, _ in examples],
+        [t for _, t in examples],
+        [[1] * len(t) for _, t in examples],
+        pad_id,
+    )
+    width = batch.completion_width
+    return batch, torch.tensor([w + [0.0] * (width - len(w)) for w in weights])
+
+
 def run_sft(
     policy: Policy,
     envs: Mapping[str, Environment],
@@ -61,15 +91,9 @@ def run_sft(
             rng.shuffle(fresh)
             order += fresh
         idx, order = order[: cfg.batch_size], order[cfg.batch_size :]
-        batch = make_batch(
-            [pool[i][0] for i in idx],
-            [pool[i][1] for i in idx],
-            [[1] * len(pool[i][1]) for i in idx],
-            policy.pad_id,
-        )
+        batch, weights = _batch([pool[i] for i in idx], policy.pad_id, cfg.prompt_loss_weight)
         logp, _ = policy.completion_logprobs(batch)
-        mask = batch.completion_mask.float()
-        loss = -(logp * mask).sum() / mask.sum()
+        loss = -(logp * weights).sum() / weights.sum()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.max_grad_norm:

@@ -75,16 +75,16 @@ class Reporter:
         self.console.print(table)
 
     def table(self, title: str, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-        """A plain table: a header and rows of any printable cells (numbers right-aligned)."""
+        """A plain table: a header and rows of any cells (numbers right-aligned, floats to three
+        decimals, `None` as a dash for what does not apply)."""
         if not self.enabled:
             return
         table = Table(title=title)
-        first = rows[0] if rows else ()
         for i, name in enumerate(header):
-            numeric = i < len(first) and isinstance(first[i], int | float)
+            numeric = any(isinstance(row[i], int | float) for row in rows if i < len(row))
             table.add_column(name, justify="right" if numeric else "left")
         for row in rows:
-            table.add_row(*(str(cell) for cell in row))
+            table.add_row(*(_cell(cell) for cell in row))
         self.console.print(table)
 
     def values(self, title: str, values: Mapping[str, float]) -> None:
@@ -96,6 +96,12 @@ class Reporter:
         for key in sorted(values, key=_metric_order):
             table.add_row(key, _fmt(values[key]))
         self.console.print(table)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
 def _fmt(value: float | None) -> str:

@@ -8,7 +8,7 @@
   agents' retrieval path.
 
 Memory tokens are the mean per instance, counted like the agents' memory (both raw-chunk
-baselines store all of the input).
+baselines store all of the input), and so is compression (r3, unclipped).
 """
 
 from __future__ import annotations
@@ -19,16 +19,18 @@ from statistics import mean
 
 from honed.envs.memory.data import Instance
 from honed.envs.memory.retrieval import Reader, answer_scores, bm25_top
+from honed.envs.memory.rewards import compression
 from honed.envs.memory.store import Memory, TokenCounter, word_tokens
 
 
 @dataclass
 class BaselineResult:
-    """One row of the table: mean accuracy and mean memory tokens over the instances."""
+    """One row of the table: mean accuracy, memory tokens and compression over the instances."""
 
     name: str
     accuracy: float
     memory_tokens: float
+    compression: float
 
 
 def _accuracy(per_instance: list[list[float]]) -> float:
@@ -37,11 +39,16 @@ def _accuracy(per_instance: list[list[float]]) -> float:
 
 def no_memory(instances: Sequence[Instance], reader: Reader) -> BaselineResult:
     scores = [[reader.score(q, "") for q in inst.questions] for inst in instances]
-    return BaselineResult("no memory", _accuracy(scores), 0.0)
+    return BaselineResult("no memory", _accuracy(scores), 0.0, 1.0)
 
 
 def _input_tokens(instances: Sequence[Instance], count: TokenCounter) -> float:
     return mean(sum(count(c) for c in inst.chunks) for inst in instances) if instances else 0.0
+
+
+def _raw(name: str, scores: list[list[float]], instances, count: TokenCounter) -> BaselineResult:
+    """A baseline that keeps every chunk: its memory is the input, compression 0."""
+    return BaselineResult(name, _accuracy(scores), _input_tokens(instances, count), 0.0)
 
 
 def store_everything(
@@ -50,7 +57,7 @@ def store_everything(
     scores = [
         [reader.score(q, "\n".join(inst.chunks)) for q in inst.questions] for inst in instances
     ]
-    return BaselineResult("store everything", _accuracy(scores), _input_tokens(instances, count))
+    return _raw("store everything", scores, instances, count)
 
 
 def rag_chunks(
@@ -61,18 +68,29 @@ def rag_chunks(
         tops = bm25_top(inst.chunks, [q.question for q in inst.questions], k)
         contexts = ["\n".join(inst.chunks[i] for i in sorted(top)) for top in tops]
         scores.append([reader.score(q, c) for q, c in zip(inst.questions, contexts, strict=True)])
-    return BaselineResult(f"RAG top-{k} chunks", _accuracy(scores), _input_tokens(instances, count))
+    return _raw(f"RAG top-{k} chunks", scores, instances, count)
 
 
 def memories_result(
-    name: str, instances: Sequence[Instance], memories: Sequence[Memory], reader: Reader, top_k: int
+    name: str,
+    instances: Sequence[Instance],
+    memories: Sequence[Memory],
+    reader: Reader,
+    top_k: int,
+    count: TokenCounter = word_tokens,
 ) -> BaselineResult:
     scores = [
         answer_scores(m, inst.questions, reader, top_k)
         for inst, m in zip(instances, memories, strict=True)
     ]
-    tokens = mean(m.tokens() for m in memories) if memories else 0.0
-    return BaselineResult(name, _accuracy(scores), tokens)
+    tokens = [m.tokens() for m in memories]
+    inputs = [sum(count(c) for c in inst.chunks) for inst in instances]
+    return BaselineResult(
+        name,
+        _accuracy(scores),
+        mean(tokens) if tokens else 0.0,
+        mean(compression(m, i) for m, i in zip(tokens, inputs, strict=True)) if tokens else 0.0,
+    )
 
 
 def run_baselines(

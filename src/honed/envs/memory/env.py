@@ -18,17 +18,19 @@ reward and the trajectory's reward (the mean of its r_t) applies to all of them.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from statistics import mean
+from typing import Any
 
-from honed.envs.base import Generator, Sample
+from honed.envs.base import Generator, Sample, Table
 from honed.envs.memory import baselines
 from honed.envs.memory.data import DataSpec, Instance, generate, load_jsonl
 from honed.envs.memory.parsing import parse_calls
 from honed.envs.memory.prompt import PROMPT_CHARS, STYLES, Prompt, render_prompt
-from honed.envs.memory.retrieval import Chat, answer_scores, make_reader
+from honed.envs.memory.report import memory_report
+from honed.envs.memory.retrieval import Chat, answer_scores, chat_model, make_reader
 from honed.envs.memory.rewards import (
     ChunkOutcome,
     chunk_reward,
@@ -63,8 +65,10 @@ class MemoryEnv:
     Arguments (all optional): `grouping` ("instance" | "trajectory"), `beta` (0.05) and
     `gamma` (0.1) weights of compression and validity, `compression_clip` (None: a floor for
     r3), `no_call_credit` (1.0: r2/r4 of a clean empty reply), `reader` ("retrieval" | "llm"),
-    `judge` ("rule" | "llm"), `chat` (an object with `chat(messages) -> str`, needed by the
-    llm reader or judge), `top_k` (5 entries per store retrieved per question),
+    `judge` ("rule" | "llm"), `chat` (the chat model of the llm reader or judge: a
+    `ChatModelConfig`-shaped mapping, `{base_url, model, api_key_env, ...}`, from which a
+    `ChatClient` is built and checked before any work, or any object with
+    `chat(messages) -> str`), `top_k` (5 entries per store retrieved per question),
     `core_tokens` (512), `count` (token counter, default word tokens), `recent` (5 entries of
     each store shown), `prompt_style` ("compact" | "full"), `prompt_chars` (the prompt budget:
     400 for compact, 8000 for full, whose header alone is about 1500 characters), `path` (a
@@ -85,7 +89,7 @@ class MemoryEnv:
         no_call_credit: float = 1.0,
         reader: str = "retrieval",
         judge: str = "rule",
-        chat: Chat | None = None,
+        chat: Chat | Mapping[str, Any] | None = None,
         top_k: int = 5,
         core_tokens: int = 512,
         count: TokenCounter = word_tokens,
@@ -116,8 +120,10 @@ class MemoryEnv:
         self.beta, self.gamma = beta, gamma
         self.compression_clip = compression_clip
         self.no_call_credit = no_call_credit
-        self.reader = make_reader(reader, chat)
-        self.judge = make_judge(judge, chat)
+        if "llm" in (reader, judge):
+            chat = chat_model(chat, f"memory env {name!r}")
+        self.reader = make_reader(reader, chat)  # type: ignore[arg-type]
+        self.judge = make_judge(judge, chat)  # type: ignore[arg-type]
         self.top_k = top_k
         self.core_tokens = core_tokens
         self.count = count
@@ -276,12 +282,28 @@ class MemoryEnv:
 
     def baselines(self, split: str = "test") -> list[baselines.BaselineResult]:
         """The memory-free baselines, plus the reference plan's memory when the data has one."""
-        instances = self.instances(split)
+        return self.baselines_on(self.items(split))
+
+    def baselines_on(self, items: Sequence[Item]) -> list[baselines.BaselineResult]:
+        instances = [Instance.from_dict(item.data) for item in items]
         results = baselines.run_baselines(instances, self.reader, count=self.count)
         planned = [inst for inst in instances if inst.plan is not None]
         if planned:
             memories = [self._replay(inst)[1] for inst in planned]
             results.append(
-                baselines.memories_result("reference", planned, memories, self.reader, self.top_k)
+                baselines.memories_result(
+                    "reference plan", planned, memories, self.reader, self.top_k, self.count
+                )
             )
         return results
+
+    def report(
+        self,
+        agents: Mapping[str, Generator],
+        split: str = "test",
+        num_items: int | None = None,
+        seed: int = 0,
+    ) -> Table:
+        """Baselines and agents side by side on the same items (see `report.py`)."""
+        items = list(self.items(split))[:num_items]
+        return memory_report(self, agents, items, seed)

@@ -3,7 +3,7 @@
 Layout (the `compact` style, for small policies; every line is regular so a character-level
 model can learn where to look):
 
-    Tools: memory_insert {"i":"s|e","c":..} memory_update {"u":id,"c":..} ...
+    tools: {"i":"s|e","c":..} insert, {"u":id,"c":..} update, {"d":id} delete; s fact, e event
     core: <core text>
     s1 Kamo lives in Oslo
     e1 Day 4: Kamo visited the zoo
@@ -31,9 +31,9 @@ from honed.envs.memory.tools import TOOL_SCHEMAS
 
 STYLES = ("compact", "full")
 PROMPT_CHARS = {"compact": 400, "full": 8000}  # default budgets: the full header is ~1500
+# Short on purpose: a character-level policy pays for every prompt character on every chunk.
 COMPACT_HEADER = (
-    'Tools: memory_insert {"i":"s|e","c":..} memory_update {"u":id,"c":..} '
-    'memory_delete {"d":id}; s=fact e=event. Skip chatter. Reply a JSON list.'
+    'tools: {"i":"s|e","c":..} insert, {"u":id,"c":..} update, {"d":id} delete; s fact, e event'
 )
 FULL_HEADER = (
     "You maintain a memory with three stores: core (one short text, always shown, capped), "

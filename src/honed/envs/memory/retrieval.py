@@ -20,10 +20,11 @@ Readers score one question against a retrieved context, in [0, 1]:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import bm25s
+from pydantic import ValidationError
 
 from honed.envs.memory.data import Question
 from honed.envs.memory.store import LISTS, Memory
@@ -125,13 +126,39 @@ class ChatReader:
         return float(any(contains(reply, a) for a in question.answers))
 
 
+def chat_model(chat: Chat | Mapping[str, Any] | None, where: str) -> Chat | None:
+    """The chat model an llm reader or judge calls, checked before any work is done.
+
+    A mapping is a `ChatModelConfig` (`base_url`, `model`, `api_key_env`, ...): a `ChatClient`
+    is built from it and its `check()` run now, so an unreachable server or an unknown model
+    stops the run at start-up with one line instead of failing mid-step. Anything else (an
+    object with `chat(messages)`, or `None`) is returned as it is.
+    """
+    if not isinstance(chat, Mapping):
+        return chat
+    from honed.models.chat import ChatClient, ChatModelConfig
+
+    try:
+        config = ChatModelConfig.model_validate(dict(chat))
+    except ValidationError as err:
+        # An unknown key explains a missing one ("modle" for "model"): name it first.
+        first = min(err.errors(), key=lambda e: e["type"] != "extra_forbidden")
+        key = ".".join(str(p) for p in first["loc"])
+        hint = did_you_mean(key, list(ChatModelConfig.model_fields))
+        raise HonedError(f"{where}: chat.{key}: {first['msg']}{hint}") from None
+    client = ChatClient(config)
+    client.check()
+    return client
+
+
 def make_reader(kind: str, chat: Chat | None = None) -> Reader:
     if kind == "retrieval":
         return IdealReader()
     if kind == "llm":
         if chat is None:
             raise HonedError(
-                "memory reader 'llm' needs a chat model: pass chat=<client with .chat(messages)>"
+                "memory reader 'llm' needs a chat model: give the environment a 'chat' "
+                "argument ({base_url: ..., model: ...}, see ChatModelConfig)"
             )
         return ChatReader(chat)
     raise HonedError(

@@ -117,7 +117,8 @@ def make_judge(kind: str, chat: Chat | None = None) -> Judge:
     if kind == "llm":
         if chat is None:
             raise HonedError(
-                "memory judge 'llm' needs a chat model: pass chat=<client with .chat(messages)>"
+                "memory judge 'llm' needs a chat model: give the environment a 'chat' "
+                "argument ({base_url: ..., model: ...}, see ChatModelConfig)"
             )
         return ChatJudge(chat)
     raise HonedError(

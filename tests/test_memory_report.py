@@ -1,0 +1,165 @@
+"""The memory table (`MemoryEnv.report`, `honed eval`) and the LLM reader/judge wiring."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from openai_server import FakeOpenAIServer, FakeRequest
+from test_memory_env import HAND, ScriptedGenerator, _chunk
+
+from honed.cli import main
+from honed.envs.base import Reporting
+from honed.envs.memory import MemoryEnv
+from honed.envs.memory.report import COLUMNS
+from honed.errors import HonedError
+from honed.runs.rundir import RunDir
+
+
+def test_report_sets_agents_beside_the_baselines_on_the_same_instances():
+    env = MemoryEnv("memory", test_size=3)
+    assert isinstance(env, Reporting)
+    items = env.items("test")[:2]
+    targets = dict(pair for item in items for pair in env.sft_examples(item))
+    follows = ScriptedGenerator(lambda prompt, seed: targets[prompt])
+    silent = ScriptedGenerator(lambda prompt, seed: "[]")
+
+    table = env.report({"reference agent": follows, "silent agent": silent}, "test", num_items=2)
+
+    assert table.columns == COLUMNS
+    rows = {row[0]: dict(zip(COLUMNS, row, strict=True)) for row in table.rows}
+    assert list(rows) == [
+        "no memory",
+        "store everything",
+        "RAG top-2 chunks",
+        "reference plan",
+        "reference agent",
+        "silent agent",
+    ]
+    chunks = sum(len(item.data["chunks"]) for item in items)
+    assert sum(len(prompts) for prompts, _ in follows.batches) == chunks  # only those 2 items
+    ref, agent, silent_row = rows["reference plan"], rows["reference agent"], rows["silent agent"]
+    assert agent["accuracy (r1)"] == 1.0 == ref["accuracy (r1)"]
+    assert agent["memory tokens"] == ref["memory tokens"]
+    assert agent["compression (r3)"] == pytest.approx(ref["compression (r3)"])
+    assert agent["tool success (r2)"] == 1.0 == agent["validity (r4)"]
+    assert agent["chunk reward"] == pytest.approx(2.1 + 0.05 * agent["compression (r3)"])
+    assert silent_row["accuracy (r1)"] == 0.0 and silent_row["memory tokens"] == 0.0
+    assert silent_row["chunk reward"] == pytest.approx(0 + 1 + 0.05 * 1 + 0.1 * 1)
+    everything = rows["store everything"]
+    assert everything["accuracy (r1)"] == 1.0 and everything["compression (r3)"] == 0.0
+    assert everything["tool success (r2)"] is None and everything["chunk reward"] is None
+    assert rows["no memory"]["compression (r3)"] == 1.0
+    assert table.to_dict()["rows"][0]["memory"] == "no memory"
+
+
+def _memory_run_config(tmp_path) -> dict:
+    return {
+        "seed": 0,
+        "run_dir": str(tmp_path / "run"),
+        "policy": {
+            "tiny": {
+                "hidden_size": 32,
+                "num_hidden_layers": 1,
+                "num_attention_heads": 2,
+                "intermediate_size": 64,
+                "max_position_embeddings": 512,
+            }
+        },
+        "envs": [
+            {
+                "name": "memory",
+                "args": {
+                    "train_size": 4,
+                    "validation_size": 1,
+                    "test_size": 2,
+                    "entities": 1,
+                    "facts": 1,
+                    "events": 1,
+                    "updates": 0,
+                    "relations": 0,
+                    "chatter": 0,
+                },
+            }
+        ],
+        "sft": {"steps": 1, "batch_size": 2, "prompt_loss_weight": 0.1},
+        "trainer": {
+            "max_steps": 1,
+            "prompts_per_step": 1,
+            "num_generations": 2,
+            "max_completion_length": 6,
+        },
+        "eval": {"num_items": 2},
+        "logging": {"progress": False},
+    }
+
+
+def test_eval_on_a_memory_run_prints_the_table_and_adds_it_to_the_summary(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setenv("COLUMNS", "200")  # the table on one line per row
+    path = tmp_path / "memory.yaml"
+    path.write_text(yaml.safe_dump(_memory_run_config(tmp_path)))
+    assert main(["train", str(path), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "run"), "--split", "test"]) == 0
+    out = capsys.readouterr().out
+    for label in ("store everything", "RAG top-2 chunks", "warm-start agent", "GRPO agent"):
+        assert label in out, label
+
+    summary = RunDir(tmp_path / "run").read_summary()
+    report = summary["reports"]["test"]
+    assert report["checkpoint"].endswith("step_1")
+    names = [row["memory"] for row in report["memory"]["rows"]]
+    assert names[:3] == ["no memory", "store everything", "RAG top-2 chunks"]
+    assert names[-2:] == ["warm-start agent", "GRPO agent (step_1)"]
+    written = json.loads((tmp_path / "run" / "eval" / "step_1_test.json").read_text())
+    assert written["reports"]["memory"] == report["memory"]
+
+
+def _llm(req: FakeRequest) -> str:
+    """A judge that accepts everything and a reader that knows only where Ann lives."""
+    text = req.last_user_text
+    if "Answer VALID or INVALID" in text:
+        return "VALID"
+    system = req.messages[0]["content"]
+    return "Oslo" if "Where does Ann live" in text and "Oslo" in system else "unknown"
+
+
+def test_llm_reader_and_judge_are_built_from_the_chat_argument_and_checked_first():
+    with FakeOpenAIServer(_llm) as server:
+        env = MemoryEnv(
+            "memory",
+            reader="llm",
+            judge="llm",
+            chat={"base_url": server.base_url, "model": "fake-model", "max_retries": 0},
+        )
+        assert [r.path for r in server.requests] == ["/v1/models"]  # checked before any work
+        replies = {
+            "Ann lives in Oslo. It rained.": '[{"i":"s","c":"Ann lives in Oslo"}]',
+            "The tea was cold.": "[]",
+            "Day 3: Ann sang.": '[{"i":"e","c":"Day 3: Ann sang"}]',
+        }
+        generator = ScriptedGenerator(lambda prompt, seed: replies[_chunk(prompt)])
+        (group,) = env.rollout([HAND], generator, 1, seed=0)
+        (traj,) = group.trajectories
+        assert traj.info["answers"] == [1.0, 0.0]  # the reader's answers, scored
+        assert traj.components["validity"] == 1.0  # the judge's verdicts
+        asked = [r.last_user_text for r in server.chat_requests]
+        assert sum("Answer VALID or INVALID" in t for t in asked) == 2  # one per write
+        assert {"Where does Ann live?", "When did Ann sing?"} <= set(asked)
+
+
+def test_llm_reader_configuration_errors_are_one_line():
+    with FakeOpenAIServer(_llm) as server:
+        with pytest.raises(HonedError, match="'other-model' is not served"):
+            MemoryEnv(
+                "memory", reader="llm", chat={"base_url": server.base_url, "model": "other-model"}
+            )
+        with pytest.raises(
+            HonedError, match=r"memory env 'memory': chat\.modle.*did you mean 'model'"
+        ):
+            MemoryEnv("memory", judge="llm", chat={"base_url": server.base_url, "modle": "x"})
+    with pytest.raises(HonedError, match="needs a chat model"):
+        MemoryEnv("memory", reader="llm")
