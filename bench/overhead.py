@@ -115,7 +115,7 @@ def measure(shape: str, args: argparse.Namespace, work: Path) -> dict:
         honed_time = time.perf_counter() - start
 
         # The same work, bare: the last step's groups give the prompts, lengths and sequences.
-        groups = seen["groups"]
+        groups = [rolled.group for rolled in seen["groups"]]
         segments = [t.segments[0] for g in groups for t in g.trajectories]
         steps = max(len(seg.completion_ids) for seg in segments)
         sequences = prepare(groups, trainer.cfg).sequences

@@ -20,7 +20,8 @@ from transformers.utils import logging as hf_logging
 from honed.config import PolicyConfig
 from honed.envs.base import Sample
 from honed.errors import HonedError
-from honed.models.kvcache import sampling_cache
+from honed.models.kvcache import InPlaceLayer, sampling_cache
+from honed.models.lean import LeanDecoder, supports_lean_decoding
 from honed.models.tiny import build_char_tokenizer, build_tiny_model
 
 # Checkpoints are written every few steps; per-save progress bars would drown the run's own.
@@ -215,6 +216,11 @@ class Policy:
         )
         logits = out.logits[:, -1, :].float()
         next_pos = positions[:, -1] + 1
+        lean = None
+        if supports_lean_decoding(self.model) and all(
+            type(layer) is InPlaceLayer for layer in cache.layers
+        ):
+            lean = LeanDecoder(self.model)
         if len(distinct) < batch:
             index = torch.as_tensor(row_prompt, dtype=torch.long)
             cache.reorder_cache(index)
@@ -249,14 +255,17 @@ class Policy:
                 )
                 done = done[keep]
             attention = torch.cat([attention, attention.new_ones((len(active), 1))], dim=1)
-            out = self.model(
-                input_ids=tok[:, None],
-                attention_mask=attention,
-                position_ids=next_pos[:, None],
-                past_key_values=cache,
-                use_cache=True,
-            )
-            logits = out.logits[:, -1, :].float()
+            if lean is not None:
+                logits = lean.step(tok, next_pos, attention, cache.layers).float()
+            else:
+                out = self.model(
+                    input_ids=tok[:, None],
+                    attention_mask=attention,
+                    position_ids=next_pos[:, None],
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+                logits = out.logits[:, -1, :].float()
             next_pos = next_pos + 1
         samples = []
         for i in range(batch):

@@ -39,8 +39,15 @@ from honed.envs.memory.rewards import (
     tool_success,
     validity,
 )
-from honed.envs.memory.store import Memory, TokenCounter, word_tokens
-from honed.envs.memory.tools import DELETE, execute, format_calls
+from honed.envs.memory.store import Memory, TokenCounter, ToolResult, word_tokens
+from honed.envs.memory.tools import (
+    DELETE,
+    chunk_sentences,
+    execute,
+    format_calls,
+    quote_calls,
+    resolve_quote,
+)
 from honed.errors import HonedError, did_you_mean
 from honed.types import SPLITS, Group, Item, Trajectory, derive_seed
 
@@ -71,7 +78,9 @@ class MemoryEnv:
     `chat(messages) -> str`), `top_k` (5 entries per store retrieved per question),
     `core_tokens` (512), `count` (token counter, default word tokens), `recent` (5 entries of
     each store shown), `prompt_style` ("compact" | "full"), `prompt_chars` (the prompt budget:
-    400 for compact, 8000 for full, whose header alone is about 1500 characters), `path` (a
+    400 for compact, 8000 for full, whose header alone is about 1500 characters), `quote`
+    (False: whether the reference plan, the warm-start's target, writes a content that is a
+    sentence of the chunk as a quote of it, `"c": 2`; replies may quote either way), `path` (a
     JSONL file of real instances instead of generated ones), and the data sizes of `DataSpec`
     (`train_size`, `validation_size`, `test_size`, `entities`, `facts`, `events`, `updates`,
     `relations`, `chatter`, `chatter_rate`).
@@ -96,6 +105,7 @@ class MemoryEnv:
         recent: int = 5,
         prompt_chars: int | None = None,
         prompt_style: str = "compact",
+        quote: bool = False,
         path: str | Path | None = None,
         **data: float,
     ) -> None:
@@ -128,6 +138,7 @@ class MemoryEnv:
         self.core_tokens = core_tokens
         self.count = count
         self.recent, self.prompt_style = recent, prompt_style
+        self.quote = quote
         self.prompt_chars = prompt_chars or PROMPT_CHARS[prompt_style]
         self.path = path
         self.spec = DataSpec(**data)  # type: ignore[arg-type]
@@ -196,7 +207,13 @@ class MemoryEnv:
         """Run one chunk's reply against the rollout's memory and judge what it wrote."""
         parsed = parse_calls(sample.text)
         outcome = ChunkOutcome(parse_failed=parsed.failed)
+        sentences = chunk_sentences(chunk)
         for call in parsed.calls:
+            resolved = resolve_quote(call, sentences)
+            if isinstance(resolved, str):
+                outcome.results.append(ToolResult(False, resolved))
+                continue
+            call = resolved
             result = execute(run.memory, call)
             outcome.results.append(result)
             if result.ok and call.name != DELETE and result.written is not None:
@@ -273,7 +290,8 @@ class MemoryEnv:
         for chunk, ops in zip(inst.chunks, inst.plan, strict=True):
             prompt = self._prompt(memory, chunk)
             calls = [op.call(memory, prompt.visible) for op in ops]
-            examples.append((prompt.text, format_calls(calls, self.prompt_style)))
+            shown = quote_calls(calls, chunk_sentences(chunk)) if self.quote else calls
+            examples.append((prompt.text, format_calls(shown, self.prompt_style)))
             for call in calls:
                 execute(memory, call)
         return examples, memory

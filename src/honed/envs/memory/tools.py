@@ -12,11 +12,19 @@ be written in either of two formats, and the parser accepts both, mixed:
   the core text), `{"d": "s1"}` is `memory_delete`. The store follows from the id's prefix.
 
 A reply is a JSON list of calls; `[]` means "nothing worth keeping".
+
+**Quotes.** In either format, a content that is a whole number `k` (`{"i": "s", "c": 2}`)
+stands for the k-th sentence of the chunk being read (1-based; sentences end at `.`, `!` or
+`?` followed by a space; the closing `.` is dropped), copied verbatim. A small policy trained
+from scratch learns *what* to keep long before it learns to spell a name it has never seen
+character by character; quoting lets it store facts exactly while it learns. A quote with no
+such sentence fails with that reason. Chat models may use it too; nothing requires it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,3 +171,37 @@ def execute(memory: Memory, call: ToolCall) -> ToolResult:
     if call.name == INSERT:
         return memory.insert(store, content)
     return memory.update(store, content, memory_id)
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def chunk_sentences(chunk: str) -> list[str]:
+    """The chunk's sentences as a quote copies them: split after `.`/`!`/`?`, final `.` dropped."""
+    sentences = [s.strip() for s in _SENTENCE_END.split(chunk.strip())]
+    return [s[:-1] if s.endswith(".") else s for s in sentences if s]
+
+
+def resolve_quote(call: ToolCall, sentences: list[str]) -> ToolCall | str:
+    """`call` with a quoted content replaced by its sentence, or the reason it cannot be.
+
+    Calls whose content is not a whole number come back unchanged.
+    """
+    key = "content" if "content" in call.arguments else "new_content"
+    value = call.arguments.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return call
+    if not 1 <= value <= len(sentences):
+        return f"quote {value}: the chunk has {len(sentences)} sentence(s)"
+    return ToolCall(call.name, {**call.arguments, key: sentences[value - 1]})
+
+
+def quote_calls(calls: list[ToolCall], sentences: list[str]) -> list[ToolCall]:
+    """Each call whose content is a sentence of the chunk rewritten as a quote of it."""
+    index = {sentence: i + 1 for i, sentence in reversed(list(enumerate(sentences)))}
+    out = []
+    for call in calls:
+        key = "content" if call.name == INSERT else "new_content"
+        quoted = index.get(call.arguments.get(key))  # type: ignore[arg-type]
+        out.append(call if quoted is None else ToolCall(call.name, {**call.arguments, key: quoted}))
+    return out

@@ -1,0 +1,103 @@
+"""The lean decoding step computes what `transformers`' forward computes, token for token."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+import honed.models.policy as policy_module
+from honed.models.kvcache import sampling_cache
+from honed.models.lean import LeanDecoder, supports_lean_decoding
+from honed.models.policy import Policy, SamplingParams, left_pad
+from honed.models.tiny import build_char_tokenizer
+
+
+def _llama(**overrides) -> Policy:
+    tokenizer = build_char_tokenizer()
+    settings = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(**(settings | overrides))).eval()
+    if overrides.get("attention_bias") or overrides.get("mlp_bias"):
+        with torch.no_grad():  # biases start at zero: make them count
+            for name, p in model.named_parameters():
+                if name.endswith("bias"):
+                    p.normal_(0, 0.5)
+    return Policy(model, tokenizer)
+
+
+SHAPES = {
+    "plain": {},
+    "grouped-query": {"num_key_value_heads": 2},
+    "biases": {"attention_bias": True, "mlp_bias": True},
+}
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_a_lean_step_gives_the_logits_of_the_models_forward(shape):
+    policy = _llama(**SHAPES[shape])
+    model = policy.model
+    assert supports_lean_decoding(model)
+    prompts = [policy.encode(t) for t in ["12+3=", "7+7=", "100+20="]]  # ragged: left padding
+    ids, attention = left_pad(prompts, policy.pad_id)
+    positions = (attention.cumsum(-1) - 1).clamp_min(0)
+    caches = [sampling_cache(model.config, ids.shape[1] + 4) for _ in range(2)]
+    with torch.inference_mode():
+        for cache in caches:
+            model(
+                input_ids=ids,
+                attention_mask=attention,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+            )
+        lean = LeanDecoder(model)
+        token = torch.tensor([5, 9, 11])
+        pos = positions[:, -1] + 1
+        for _ in range(3):
+            attention = torch.cat([attention, attention.new_ones((3, 1))], dim=1)
+            expected = model(
+                input_ids=token[:, None],
+                attention_mask=attention,
+                position_ids=pos[:, None],
+                past_key_values=caches[0],
+                use_cache=True,
+            ).logits[:, -1]
+            got = lean.step(token, pos, attention, caches[1].layers)
+            assert torch.allclose(got, expected, atol=1e-5, rtol=1e-5)
+            token, pos = expected.argmax(-1), pos + 1
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_sampling_is_the_same_with_and_without_the_lean_step(shape, monkeypatch):
+    policy = _llama(**SHAPES[shape])
+    prompts = [policy.encode(t) for t in ["1+2=", "1+2=", "345+6=", "9="]]
+    seeds = [3, 4, 5, 6]
+    params = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=12)
+    lean = policy.generate(prompts, seeds, params)
+    monkeypatch.setattr(policy_module, "supports_lean_decoding", lambda model: False)
+    plain = policy.generate(prompts, seeds, params)
+    for a, b in zip(lean, plain, strict=True):
+        assert a.completion_ids == b.completion_ids
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
+
+
+def test_other_models_and_training_mode_take_transformers_forward():
+    policy = _llama()
+    policy.model.train()
+    assert not supports_lean_decoding(policy.model)
+    policy.model.eval()
+    policy.model.config.pretraining_tp = 2
+    assert not supports_lean_decoding(policy.model)
