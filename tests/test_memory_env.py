@@ -172,3 +172,46 @@ def test_jsonl_path_feeds_items_without_a_reference(tmp_path):
         "store everything",
         "RAG top-2 chunks",
     ]
+
+
+def test_quoting_reference_builds_the_same_memory_as_writing_the_text_out():
+    written, quoted = MemoryEnv("memory", test_size=4), MemoryEnv("memory", test_size=4, quote=True)
+    items = written.items("test")
+    quoted_targets = dict(pair for item in items for pair in quoted.sft_examples(item))
+    assert any('"c":1' in t or '"c":2' in t for t in quoted_targets.values())
+    assert all("chunk:\n1 " in p for p in quoted_targets)  # numbered sentences to quote from
+    a = written.rollout(
+        items,
+        ScriptedGenerator(
+            lambda p, s: dict(pair for i in items for pair in written.sft_examples(i))[p]
+        ),
+        num_generations=1,
+        seed=0,
+    )
+    b = quoted.rollout(
+        items, ScriptedGenerator(lambda p, s: quoted_targets[p]), num_generations=1, seed=0
+    )
+    for ga, gb in zip(a, b, strict=True):
+        ta, tb = ga.trajectories[0], gb.trajectories[0]
+        assert ta.info["memory"] == tb.info["memory"] and tb.success == 1.0
+        assert tb.components["tool_success"] == 1.0
+
+
+def test_a_quote_copies_its_sentence_and_a_missing_one_fails_with_the_reason():
+    env = MemoryEnv("memory")
+    replies = {
+        "Ann lives in Oslo": '[{"i":"s","c":1},{"i":"e","c":3}]',
+        "The tea was cold": '[{"i":"s","c":0}]',
+        "Day 3: Ann sang": '[{"i":"e","c":1}]',
+    }
+
+    def reply(prompt: str, seed: int) -> str:
+        return next(r for key, r in replies.items() if key in _chunk(prompt))
+
+    group = env.rollout([HAND], ScriptedGenerator(reply), num_generations=1, seed=0)[0]
+    t = group.trajectories[0]
+    assert t.info["memory"]["semantic"] == {"s1": "Ann lives in Oslo"}
+    assert t.info["memory"]["episodic"] == {"e1": "Day 3: Ann sang"}
+    assert "quote 3: the chunk has 2 sentence(s)" in t.completion_text
+    assert "quote 0: the chunk has 1 sentence(s)" in t.completion_text
+    assert t.success == 1.0 and t.components["tool_success"] == pytest.approx((0.5 + 0 + 1) / 3)

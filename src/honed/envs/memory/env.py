@@ -201,7 +201,9 @@ class MemoryEnv:
         return _Run(Memory(self.core_tokens, self.count))
 
     def _prompt(self, memory: Memory, chunk: str) -> Prompt:
-        return render_prompt(memory, chunk, self.prompt_style, self.recent, self.prompt_chars)
+        return render_prompt(
+            memory, chunk, self.prompt_style, self.recent, self.prompt_chars, numbered=self.quote
+        )
 
     def _step(self, run: _Run, chunk: str, prompt: str, sample: Sample) -> None:
         """Run one chunk's reply against the rollout's memory and judge what it wrote."""

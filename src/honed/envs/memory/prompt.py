@@ -10,7 +10,10 @@ model can learn where to look):
     chunk: Kamo now lives in Lima. It rained all day long.
     calls:
 
-and the reply is a JSON list of calls, e.g. `[{"u":"s1","c":"Kamo now lives in Lima"}]`. The
+and the reply is a JSON list of calls, e.g. `[{"u":"s1","c":"Kamo now lives in Lima"}]`.
+With quotes on (the environment's `quote` argument) the chunk is shown one numbered sentence
+a line, `chunk:` / `1 Kamo now lives in Lima` / `2 It rained all day long`, and the reference
+reply quotes by number: `[{"u":"s1","c":1}]`. The
 `full` style, for chat models, describes the stores in words, lists the OpenAI function
 schemas and asks for `{"name": ..., "arguments": ...}` calls.
 
@@ -27,7 +30,7 @@ import json
 from dataclasses import dataclass
 
 from honed.envs.memory.store import LISTS, Memory
-from honed.envs.memory.tools import TOOL_SCHEMAS
+from honed.envs.memory.tools import TOOL_SCHEMAS, chunk_sentences
 
 STYLES = ("compact", "full")
 PROMPT_CHARS = {"compact": 400, "full": 8000}  # default budgets: the full header is ~1500
@@ -55,15 +58,26 @@ class Prompt:
 
 
 def render_prompt(
-    memory: Memory, chunk: str, style: str = "compact", recent: int = 5, max_chars: int = 400
+    memory: Memory,
+    chunk: str,
+    style: str = "compact",
+    recent: int = 5,
+    max_chars: int = 400,
+    numbered: bool = False,
 ) -> Prompt:
+    """`numbered`: the chunk's sentences one per line, each after its number (what a quote
+    names), instead of the chunk as written."""
     header = COMPACT_HEADER if style == "compact" else FULL_HEADER
+    chunk_line = f"chunk: {chunk}"
+    if numbered:
+        sentences = chunk_sentences(chunk)
+        chunk_line = "chunk:" + "".join(f"\n{i} {s}" for i, s in enumerate(sentences, 1))
     shown = {store: min(max(recent, 0), len(memory.items(store))) for store in LISTS}
     while True:
         entries = [pair for store in LISTS for pair in _tail(memory.items(store), shown[store])]
         lines = [header, f"core: {memory.core}"]
         lines += [f"{memory_id} {text}" for memory_id, text in entries]
-        lines += [f"chunk: {chunk}", "calls:"]
+        lines += [chunk_line, "calls:"]
         text = "\n".join(lines)
         if len(text) <= max_chars or not any(shown.values()):
             return Prompt(text, {memory_id for memory_id, _ in entries})
