@@ -307,11 +307,18 @@ def completion_logprobs(
         use_cache=False,
         logits_to_keep=width + 1,
     )
-    logits = out.logits[:, :-1, :].float()
+    return token_logprobs(out.logits[:, :-1, :], batch.completion_ids, temperature, with_entropy)
+
+
+def token_logprobs(
+    logits: torch.Tensor, tokens: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs of `tokens` [B, C] under `logits` [B, C, V] tempered, and their entropy."""
+    logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
     logp_all = F.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, batch.completion_ids.unsqueeze(-1)).squeeze(-1)
+    logp = logp_all.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
     entropy = None
     if with_entropy:
         with torch.no_grad():

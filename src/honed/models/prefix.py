@@ -15,10 +15,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
 
-from honed.models.policy import TokenBatch, completion_logprobs, left_pad, make_batch
+from honed.models.policy import (
+    TokenBatch,
+    completion_logprobs,
+    left_pad,
+    make_batch,
+    token_logprobs,
+)
 
 
 @dataclass
@@ -114,13 +119,4 @@ def prefix_logprobs(
             use_cache=True,
         )
         logits.append(out.logits)
-    logits = torch.cat(logits, dim=1).float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    logp_all = F.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, batch.completion_ids.unsqueeze(-1)).squeeze(-1)
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return logp, entropy
+    return token_logprobs(torch.cat(logits, dim=1), batch.completion_ids, temperature, with_entropy)
