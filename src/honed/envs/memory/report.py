@@ -66,4 +66,4 @@ def memory_report(
     for label, generator in agents.items():
         groups = env.rollout(items, generator, 1, seed)
         rows.append(agent_row(label, [g.trajectories[0] for g in groups]))
-    return Table(f"memory: {len(items)} instances", list(COLUMNS), rows)
+    return Table(f"{len(items)} instances", list(COLUMNS), rows)
