@@ -182,12 +182,17 @@ def chunk_sentences(chunk: str) -> list[str]:
     return [s[:-1] if s.endswith(".") else s for s in sentences if s]
 
 
+def _content_key(call: ToolCall) -> str:
+    """The argument holding a call's text: `content` (insert, or an update written that way)."""
+    return "content" if "content" in call.arguments else "new_content"
+
+
 def resolve_quote(call: ToolCall, sentences: list[str]) -> ToolCall | str:
     """`call` with a quoted content replaced by its sentence, or the reason it cannot be.
 
     Calls whose content is not a whole number come back unchanged.
     """
-    key = "content" if "content" in call.arguments else "new_content"
+    key = _content_key(call)
     value = call.arguments.get(key)
     if isinstance(value, bool) or not isinstance(value, int):
         return call
@@ -201,7 +206,7 @@ def quote_calls(calls: list[ToolCall], sentences: list[str]) -> list[ToolCall]:
     index = {sentence: i + 1 for i, sentence in reversed(list(enumerate(sentences)))}
     out = []
     for call in calls:
-        key = "content" if call.name == INSERT else "new_content"
+        key = _content_key(call)
         quoted = index.get(call.arguments.get(key))  # type: ignore[arg-type]
         out.append(call if quoted is None else ToolCall(call.name, {**call.arguments, key: quoted}))
     return out
