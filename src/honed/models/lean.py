@@ -21,7 +21,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
-from transformers.models.llama.modeling_llama import rotate_half
 
 from honed.models.kvcache import InPlaceLayer
 
@@ -40,24 +39,40 @@ class LeanDecoder:
     """One model's decoding step without `transformers`' per-step machinery.
 
     Built once per `generate` call (the weights it fuses are a snapshot: build it again after
-    an optimizer step). The query/key/value projections are one matrix product, as are the
-    MLP's gate and up projections: fewer, larger products waste less of a small model's time
-    on per-call overhead.
+    an optimizer step). Each layer's projections are one matrix product whose output holds the
+    queries and keys, the same two rotated by RoPE's `rotate_half` (a signed permutation of
+    the output rows, so it is folded into the weights exactly), and the values; RoPE is then one
+    multiply-add. The MLP's gate and up projections are one product too. Fewer, larger products
+    waste less of a small model's time on per-call overhead.
     """
 
     @torch.inference_mode()
     def __init__(self, model: PreTrainedModel) -> None:
         self.model = model
+        config = model.config
+        act = getattr(config, "hidden_act", None)
+        # transformers' SiLU module is torch's function behind a module call
+        self.act = F.silu if act in ("silu", "swish") else None
         self.fused = []
         for layer in model.model.layers:
             attn, mlp = layer.self_attn, layer.mlp
-            qkv = [attn.q_proj, attn.k_proj, attn.v_proj]
+            dim = attn.head_dim
+            q, k, v = attn.q_proj, attn.k_proj, attn.v_proj
+            qk_w = torch.cat([q.weight, k.weight])
+            qk_b = _cat_bias([q, k])
+            parts_w = [qk_w, _rotated(qk_w, dim), v.weight]
+            parts_b = None
+            if qk_b is not None or v.bias is not None:
+                qk_b = qk_b if qk_b is not None else qk_w.new_zeros(qk_w.shape[0])
+                v_b = v.bias if v.bias is not None else v.weight.new_zeros(v.out_features)
+                parts_b = torch.cat([qk_b, _rotated(qk_b, dim), v_b])
             up = [mlp.gate_proj, mlp.up_proj]
             self.fused.append(
                 (
-                    torch.cat([m.weight for m in qkv]),
-                    _cat_bias(qkv),
-                    (attn.q_proj.out_features, attn.k_proj.out_features),
+                    torch.cat(parts_w),
+                    parts_b,
+                    q.out_features // dim,
+                    qk_w.shape[0],
                     torch.cat([m.weight for m in up]),
                     _cat_bias(up),
                 )
@@ -78,32 +93,30 @@ class LeanDecoder:
         """
         model = self.model
         inner = model.model
-        hidden = inner.embed_tokens(tokens[:, None])
-        cos, sin = inner.rotary_emb(hidden, positions[:, None])
-        cos, sin = cos[:, None], sin[:, None]
-        batch = tokens.shape[0]
-        # Additive mask built once per step for every layer: 0 on real keys, -inf on padding.
-        bias = torch.zeros(attention.shape, dtype=hidden.dtype)
-        bias = bias.masked_fill_(attention == 0, -torch.inf)[:, None, None, :]
+        hidden = inner.embed_tokens(tokens)  # [B, H]: one query per row, no sequence axis
+        cos, sin = inner.rotary_emb(hidden, positions[:, None])  # [B, 1, head_dim]
+        batch = attention.shape[0]
+        bias = None
         for layer, cache, fused in zip(inner.layers, layers, self.fused, strict=True):
-            qkv_w, qkv_b, (q_size, k_size), up_w, up_b = fused
+            qkv_w, qkv_b, q_heads, qk_size, up_w, up_b = fused
             attn, mlp = layer.self_attn, layer.mlp
-            qkv = F.linear(_norm(layer.input_layernorm, hidden), qkv_w, qkv_b)
-            q, k, v = qkv.split([q_size, k_size, qkv.shape[-1] - q_size - k_size], dim=-1)
-            q = q.view(batch, 1, -1, attn.head_dim).transpose(1, 2)
-            k = k.view(batch, 1, -1, attn.head_dim).transpose(1, 2)
-            v = v.view(batch, 1, -1, attn.head_dim).transpose(1, 2)
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
-            keys, values = cache.update(k, v)
-            out = _attend(q, keys, values, bias, attn.scaling)
-            out = out.transpose(1, 2).reshape(batch, 1, -1)
-            hidden = hidden + F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
+            dim = attn.head_dim
+            out = F.linear(_norm(layer.input_layernorm, hidden), qkv_w, qkv_b)
+            qk = out[:, :qk_size].view(batch, -1, dim)
+            qk = torch.addcmul(qk * cos, out[:, qk_size : 2 * qk_size].view(batch, -1, dim), sin)
+            q, k = qk[:, :q_heads], qk[:, q_heads:]
+            v = out[:, 2 * qk_size :].view(batch, -1, 1, dim)
+            keys, values = cache.update(k.unsqueeze(2), v)
+            if bias is None:  # one additive mask per step: 0 on real keys, -inf on padding
+                bias = _padding_bias(attention, keys.shape[1], hidden.dtype)
+            attended = _attend(q, keys, values, bias, attn.scaling)
+            hidden = hidden + F.linear(attended, attn.o_proj.weight, attn.o_proj.bias)
             x = _norm(layer.post_attention_layernorm, hidden)
             gate, up = F.linear(x, up_w, up_b).chunk(2, -1)
+            gate = self.act(gate) if self.act is not None else mlp.act_fn(gate)
             down = mlp.down_proj
-            hidden = hidden + F.linear(mlp.act_fn(gate) * up, down.weight, down.bias)
-        return model.lm_head(_norm(inner.norm, hidden)[:, -1])
+            hidden = hidden + F.linear(gate * up, down.weight, down.bias)
+        return model.lm_head(_norm(inner.norm, hidden))
 
 
 def _norm(norm: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
@@ -125,19 +138,39 @@ def _cat_bias(linears: list[torch.nn.Linear]) -> torch.Tensor | None:
     )
 
 
+def _rotated(rows: torch.Tensor, dim: int) -> torch.Tensor:
+    """`rotate_half` applied to every head's block of output rows (weights [N, H] or bias [N]).
+
+    rotate_half(x) = (-x₂, x₁) for x = (x₁, x₂) split in halves, so rotate_half(W·x + b) is
+    W'·x + b' with each head's rows swapped by halves and the (new) first half negated.
+    """
+    heads = rows.view(-1, dim, *rows.shape[1:])
+    half = dim // 2
+    return torch.cat([-heads[:, half:], heads[:, :half]], dim=1).reshape(rows.shape)
+
+
+def _padding_bias(attention: torch.Tensor, kv_heads: int, dtype: torch.dtype) -> torch.Tensor:
+    """[B·kv_heads, 1, L]: 0 where a row's key is real, -inf on its left padding."""
+    batch, length = attention.shape
+    bias = torch.zeros((batch, length), dtype=dtype).masked_fill_(attention == 0, -torch.inf)
+    return bias[:, None, None, :].expand(batch, kv_heads, 1, length).reshape(-1, 1, length)
+
+
 def _attend(
     q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor, scale: float
 ) -> torch.Tensor:
-    """Attention of one query per row: softmax(q·kᵀ·scale + bias)·v, in float32.
+    """Attention of one query per row, softmax(q·kᵀ·scale + bias)·v, as [B, heads·dim].
 
     For a single query, two batched matrix products beat `scaled_dot_product_attention`'s CPU
-    kernel several times over (that kernel is tiled for long queries). Grouped-query heads share
-    their key/value head through a view, without copying.
+    kernel several times over (that kernel is tiled for long queries). `q` is [B, heads, dim];
+    the cache's `keys`/`values` [B, kv_heads, L, dim] are viewed as [B·kv_heads, L, dim], and
+    grouped-query heads sharing a key/value head are the rows of one product, without copying.
     """
-    batch, heads, _, dim = q.shape
-    kv_heads = keys.shape[1]
-    group = heads // kv_heads
-    q = q.reshape(batch, kv_heads, group, dim)
-    scores = torch.matmul(q, keys.transpose(-1, -2)) * scale + bias
+    batch, heads, dim = q.shape
+    kv_heads, length = keys.shape[1], keys.shape[2]
+    q = q.reshape(batch * kv_heads, heads // kv_heads, dim)
+    keys = keys.reshape(batch * kv_heads, length, dim)
+    values = values.reshape(batch * kv_heads, length, dim)
+    scores = torch.baddbmm(bias, q, keys.transpose(1, 2), alpha=scale)
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-    return torch.matmul(weights, values).reshape(batch, heads, 1, dim)
+    return torch.bmm(weights, values).reshape(batch, heads * dim)
