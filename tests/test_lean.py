@@ -1,15 +1,19 @@
-"""The lean decoding step computes what `transformers`' forward computes, token for token."""
+"""The lean forwards compute what `transformers`' forward computes: logits, samples, gradients."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import honed.models.policy as policy_module
+import honed.models.prefix as prefix_module
 from honed.models.kvcache import sampling_cache
-from honed.models.lean import LeanDecoder, supports_lean_decoding
-from honed.models.policy import Policy, SamplingParams, left_pad
+from honed.models.lean import LeanDecoder, _mask_bias, supports_lean, supports_lean_decoding
+from honed.models.policy import Policy, SamplingParams, left_pad, make_batch
+from honed.models.prefix import PrefixBatch, batch_logprobs, build_batch
 from honed.models.tiny import build_char_tokenizer
 
 
@@ -75,7 +79,7 @@ def test_a_lean_step_gives_the_logits_of_the_models_forward(shape):
                 past_key_values=caches[0],
                 use_cache=True,
             ).logits[:, -1]
-            got = lean.step(token, pos, attention, caches[1].layers)
+            got = lean.step(token, pos, lean.padding_bias(attention), caches[1].layers)
             assert torch.allclose(got, expected, atol=1e-5, rtol=1e-5)
             token, pos = expected.argmax(-1), pos + 1
 
@@ -98,6 +102,70 @@ def test_other_models_and_training_mode_take_transformers_forward():
     policy = _llama()
     policy.model.train()
     assert not supports_lean_decoding(policy.model)
+    assert supports_lean(policy.model)  # scoring: the lean forward trains
     policy.model.eval()
     policy.model.config.pretraining_tp = 2
     assert not supports_lean_decoding(policy.model)
+    assert not supports_lean(policy.model)
+    policy.model.config.pretraining_tp = 1
+    policy.model.config.model_type = "mistral"
+    assert not supports_lean(policy.model)
+
+
+# ------------------------------------------------------------------ the scoring forward
+
+
+def _scored(policy: Policy, batch, monkeypatch, lean: bool):
+    """Log-probs, entropy and the gradient of an advantage-weighted loss, in training mode."""
+    if not lean:
+        monkeypatch.setattr(policy_module, "supports_lean", lambda model: False)
+        monkeypatch.setattr(prefix_module, "supports_lean", lambda model: False)
+    model = copy.deepcopy(policy.model).train()
+    logp, entropy = batch_logprobs(model, batch, temperature=0.7, with_entropy=True)
+    mask = batch.completion_mask.float()
+    adv = torch.linspace(-1.0, 1.0, mask.shape[0])[:, None]
+    (logp * adv * mask).sum().backward()
+    monkeypatch.undo()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return logp.detach() * mask, entropy * mask, grads
+
+
+@pytest.mark.parametrize("kind", ["prefix", "plain"])
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_the_lean_scoring_forward_gives_transformers_log_probs_and_gradients(
+    shape, kind, monkeypatch
+):
+    policy = _llama(**SHAPES[shape])
+    texts = [t for t in ("12+3=", "7-1=", "100+23=") for _ in range(3)]
+    samples = policy.generate(
+        [policy.encode(t) for t in texts],
+        list(range(len(texts))),
+        SamplingParams(temperature=1.0, top_p=1.0, max_tokens=7),
+    )
+    assert len({len(s.completion_ids) for s in samples}) > 1, "ragged completions wanted"
+    args = (
+        [s.prompt_ids for s in samples],
+        [s.completion_ids for s in samples],
+        [[1] * len(s.completion_ids) for s in samples],
+        policy.pad_id,
+    )
+    batch = build_batch(*args) if kind == "prefix" else make_batch(*args)
+    assert isinstance(batch, PrefixBatch) == (kind == "prefix")
+    logp, entropy, grads = _scored(policy, batch, monkeypatch, lean=True)
+    ref_logp, ref_entropy, ref_grads = _scored(policy, batch, monkeypatch, lean=False)
+    assert torch.allclose(logp, ref_logp, atol=1e-5, rtol=0)
+    assert torch.allclose(entropy, ref_entropy, atol=1e-5, rtol=0)
+    assert grads.keys() == ref_grads.keys() and len(grads) == len(list(policy.model.parameters()))
+    for name, grad in grads.items():
+        scale = max(1.0, float(ref_grads[name].abs().max()))
+        assert torch.allclose(grad, ref_grads[name], atol=1e-5 * scale, rtol=0), name
+
+
+def test_the_mask_lets_queries_see_real_keys_up_to_themselves():
+    # two rows of 4 keys, the last 2 being the queries; row 1 has one key of left padding
+    bias = _mask_bias(torch.tensor([[1, 1, 1, 1], [0, 1, 1, 1]]), 2, torch.float32)
+    seen = (bias == 0).squeeze(1).int().tolist()
+    assert seen == [[[1, 1, 1, 0], [1, 1, 1, 1]], [[0, 1, 1, 0], [0, 1, 1, 1]]]
+    # a padding query with no real key before it still sees itself (finite attention)
+    alone = _mask_bias(torch.tensor([[0, 0, 1]]), 3, torch.float32)
+    assert (alone == 0).squeeze().int().tolist() == [[1, 0, 0], [0, 1, 0], [0, 0, 1]]

@@ -1,19 +1,28 @@
-"""A lean decoding step for Llama-architecture models.
+"""Lean forward passes for Llama-architecture models: decoding and scoring.
 
-For a small model, a decoding step through `transformers` spends much of its time outside the
-arithmetic: building a 4-D attention mask, cache and attention dispatch, output wrappers,
-per-module calls, seven small ops per RMSNorm, and `scaled_dot_product_attention`'s CPU kernel,
-which is tiled for long queries, on a single query. This module runs the same decoding step as
-`LlamaForCausalLM.forward` with the model's own weights and sub-modules (embeddings, rotary
-embedding, activation) and the sampler's in-place KV cache, with fewer and larger tensor
-operations. On the embedded policy (0.9 M parameters, 64 rows, 32 tokens, 2 threads) sampling
-went from 0.243 to 0.205 s (`bench/README.md`). It computes the same function (tests compare
-logits with `transformers`' forward); prefill and every gradient-carrying forward still go
-through `transformers`.
+For a small model, a forward through `transformers` spends much of its time outside the
+arithmetic: building 4-D attention masks, cache and attention dispatch, output wrappers,
+per-module calls, three projections where one product would do, and RoPE's `rotate_half`
+(two slices, a negation and a concatenation per tensor, and their backward). This module runs
+the same function with the model's own weights and sub-modules (embeddings, rotary embedding,
+activation) and fewer, larger tensor operations:
+
+- each layer's query, key and value projections are one matrix product whose output also
+  holds the queries and keys already rotated by `rotate_half`: that is a signed permutation of
+  the output rows, so it is folded into the weights exactly, and RoPE is one multiply-add;
+- the MLP's gate and up projections are one product;
+- RMSNorm is torch's `rms_norm` (float32 only, where the two are the same computation).
+
+`LeanDecoder` is the sampler's decoding step (one query per row, the in-place KV cache, a
+two-product attention instead of `scaled_dot_product_attention`'s kernel, which is tiled for
+long queries). `lean_forward` is the scoring forward of the update, with gradients: the fused
+weights are concatenated from the parameters inside the autograd graph on every call, so the
+gradients reach the parameters exactly as through `transformers`' forward. Tests compare
+logits, log-probs and gradients with `transformers`.
 
 Only plain Llama models (`model_type == "llama"`, full attention, no attention or MLP
-peculiarities beyond optional biases) take this path; any other model decodes through its own
-`forward`.
+peculiarities beyond optional biases) take these paths (`supports_lean`); any other model
+runs its own `forward`.
 """
 
 from __future__ import annotations
@@ -25,78 +34,65 @@ from transformers import PreTrainedModel
 from honed.models.kvcache import InPlaceLayer
 
 
-def supports_lean_decoding(model: PreTrainedModel) -> bool:
-    """Whether `lean_decode_step` computes this model's forward exactly."""
+def supports_lean(model: PreTrainedModel) -> bool:
+    """Whether this module's forwards compute exactly `model`'s forward."""
     config = model.config
-    if getattr(config, "model_type", None) != "llama" or model.training:
+    if getattr(config, "model_type", None) != "llama":
         return False
     if getattr(config, "pretraining_tp", 1) != 1:
         return False  # tensor-parallel slicing of the projections changes the arithmetic
     return getattr(config, "_attn_implementation", "sdpa") in ("sdpa", "eager")
 
 
+def supports_lean_decoding(model: PreTrainedModel) -> bool:
+    """Whether `LeanDecoder` computes this model's decoding step (in eval mode only)."""
+    return supports_lean(model) and not model.training
+
+
 class LeanDecoder:
     """One model's decoding step without `transformers`' per-step machinery.
 
-    Built once per `generate` call (the weights it fuses are a snapshot: build it again after
-    an optimizer step). Each layer's projections are one matrix product whose output holds the
-    queries and keys, the same two rotated by RoPE's `rotate_half` (a signed permutation of
-    the output rows, so it is folded into the weights exactly), and the values; RoPE is then one
-    multiply-add. The MLP's gate and up projections are one product too. Fewer, larger products
-    waste less of a small model's time on per-call overhead.
+    Built once per `generate` call: the weights it fuses are a snapshot (build it again after
+    an optimizer step).
     """
 
     @torch.inference_mode()
     def __init__(self, model: PreTrainedModel) -> None:
         self.model = model
-        config = model.config
-        act = getattr(config, "hidden_act", None)
-        # transformers' SiLU module is torch's function behind a module call
-        self.act = F.silu if act in ("silu", "swish") else None
-        self.fused = []
-        for layer in model.model.layers:
-            attn, mlp = layer.self_attn, layer.mlp
-            dim = attn.head_dim
-            q, k, v = attn.q_proj, attn.k_proj, attn.v_proj
-            qk_w = torch.cat([q.weight, k.weight])
-            qk_b = _cat_bias([q, k])
-            parts_w = [qk_w, _rotated(qk_w, dim), v.weight]
-            parts_b = None
-            if qk_b is not None or v.bias is not None:
-                qk_b = qk_b if qk_b is not None else qk_w.new_zeros(qk_w.shape[0])
-                v_b = v.bias if v.bias is not None else v.weight.new_zeros(v.out_features)
-                parts_b = torch.cat([qk_b, _rotated(qk_b, dim), v_b])
-            up = [mlp.gate_proj, mlp.up_proj]
-            self.fused.append(
-                (
-                    torch.cat(parts_w),
-                    parts_b,
-                    q.out_features // dim,
-                    qk_w.shape[0],
-                    torch.cat([m.weight for m in up]),
-                    _cat_bias(up),
-                )
-            )
+        self.act = _activation(model)
+        self.fused = [_fuse(layer) for layer in model.model.layers]
+
+    def padding_bias(self, attention: torch.Tensor) -> torch.Tensor:
+        """The additive mask `step` takes, [B·kv_heads, 1, L]: 0 on real keys, -inf on padding.
+
+        `attention` is [B, L] (1 real, 0 left padding); a step attending to its first L' keys
+        takes the view `bias[..., :L']`, so one mask serves every step until rows leave.
+        """
+        config = self.model.config
+        kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        batch, length = attention.shape
+        dtype = self.model.model.embed_tokens.weight.dtype
+        bias = torch.zeros((batch, length), dtype=dtype).masked_fill_(attention == 0, -torch.inf)
+        return bias[:, None, None, :].expand(batch, kv_heads, 1, length).reshape(-1, 1, length)
 
     @torch.inference_mode()
     def step(
         self,
         tokens: torch.Tensor,
         positions: torch.Tensor,
-        attention: torch.Tensor,
+        bias: torch.Tensor,
         layers: list[InPlaceLayer],
     ) -> torch.Tensor:
         """Logits [B, V] for one new token per row, appending its keys and values to `layers`.
 
-        `tokens` and `positions` are [B]; `attention` is [B, L] (1 for a real position, 0 for
-        left padding), L counting the new token; `layers` are the cache's layers, prefilled.
+        `tokens` and `positions` are [B]; `bias` is `padding_bias` over the L keys this step
+        attends to, the new token's included; `layers` are the cache's layers, prefilled.
         """
         model = self.model
         inner = model.model
         hidden = inner.embed_tokens(tokens)  # [B, H]: one query per row, no sequence axis
         cos, sin = inner.rotary_emb(hidden, positions[:, None])  # [B, 1, head_dim]
-        batch = attention.shape[0]
-        bias = None
+        batch = tokens.shape[0]
         for layer, cache, fused in zip(inner.layers, layers, self.fused, strict=True):
             qkv_w, qkv_b, q_heads, qk_size, up_w, up_b = fused
             attn, mlp = layer.self_attn, layer.mlp
@@ -107,8 +103,6 @@ class LeanDecoder:
             q, k = qk[:, :q_heads], qk[:, q_heads:]
             v = out[:, 2 * qk_size :].view(batch, -1, 1, dim)
             keys, values = cache.update(k.unsqueeze(2), v)
-            if bias is None:  # one additive mask per step: 0 on real keys, -inf on padding
-                bias = _padding_bias(attention, keys.shape[1], hidden.dtype)
             attended = _attend(q, keys, values, bias, attn.scaling)
             hidden = hidden + F.linear(attended, attn.o_proj.weight, attn.o_proj.bias)
             x = _norm(layer.post_attention_layernorm, hidden)
@@ -117,6 +111,119 @@ class LeanDecoder:
             down = mlp.down_proj
             hidden = hidden + F.linear(gate * up, down.weight, down.bias)
         return model.lm_head(_norm(inner.norm, hidden))
+
+
+def lean_forward(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    positions: torch.Tensor,
+    key_mask: torch.Tensor,
+    past: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+    keep: int | None = None,
+) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """`model`'s forward with gradients: logits of the last `keep` positions (all if None)
+    and every layer's keys and values [B, kv_heads, S, head_dim], past ones included.
+
+    `input_ids` and `positions` are [B, T]; `key_mask` is [B, S] over every key a query may see
+    (1 real, 0 padding), the T new positions being the last T of the S; `past` holds each
+    layer's keys and values for the first S - T. Attention is causal over real keys. A padding
+    query, which may have no real key at or before it, attends to itself so that it stays
+    finite; nothing real attends to it, so it changes no other output and no gradient.
+    """
+    inner = model.model
+    act = _activation(model)
+    batch, length = input_ids.shape
+    hidden = inner.embed_tokens(input_ids)
+    cos, sin = inner.rotary_emb(hidden, positions)  # [B, T, head_dim]
+    cos, sin = cos[:, :, None], sin[:, :, None]
+    bias = _mask_bias(key_mask, length, hidden.dtype)
+    present = []
+    for index, layer in enumerate(inner.layers):
+        qkv_w, qkv_b, q_heads, qk_size, up_w, up_b = _fuse(layer, rotated=False)
+        attn, mlp = layer.self_attn, layer.mlp
+        dim = attn.head_dim
+        out = F.linear(_norm(layer.input_layernorm, hidden), qkv_w, qkv_b)
+        # split, not slicing: its backward is one concatenation, not a zero-filled tensor each
+        qk, v = out.view(batch, length, -1, dim).split(
+            [qk_size // dim, out.shape[-1] // dim - qk_size // dim], dim=2
+        )
+        first, second = qk.chunk(2, dim=-1)
+        qk = torch.addcmul(qk * cos, torch.cat([-second, first], dim=-1), sin)
+        q, k = (t.transpose(1, 2) for t in qk.split([q_heads, qk.shape[2] - q_heads], dim=2))
+        v = v.transpose(1, 2)
+        if past is not None:
+            k = torch.cat([past[index][0], k], dim=2)
+            v = torch.cat([past[index][1], v], dim=2)
+        present.append((k, v))
+        group = q_heads // k.shape[1]
+        if group > 1:  # grouped-query heads: each key/value head serves `group` query heads
+            k, v = (t.repeat_interleave(group, dim=1) for t in (k, v))
+        attended = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=bias,
+            dropout_p=attn.attention_dropout if model.training else 0.0,
+            scale=attn.scaling,
+        )
+        attended = attended.transpose(1, 2).reshape(batch, length, -1)
+        hidden = hidden + F.linear(attended, attn.o_proj.weight, attn.o_proj.bias)
+        x = _norm(layer.post_attention_layernorm, hidden)
+        gate, up = F.linear(x, up_w, up_b).chunk(2, -1)
+        gate = act(gate) if act is not None else mlp.act_fn(gate)
+        down = mlp.down_proj
+        hidden = hidden + F.linear(gate * up, down.weight, down.bias)
+    if keep is not None:
+        hidden = hidden[:, -keep:]
+    return model.lm_head(_norm(inner.norm, hidden)), present
+
+
+def _mask_bias(key_mask: torch.Tensor, queries: int, dtype: torch.dtype) -> torch.Tensor:
+    """Additive attention mask [B, 1, T, S]: 0 where query i may see key j, -inf elsewhere.
+
+    Query i sits at key position S - T + i; it sees real keys at or before it, and itself.
+    """
+    keys = key_mask.shape[1]
+    offset = keys - queries
+    rows = torch.arange(queries)[:, None] + offset
+    cols = torch.arange(keys)[None, :]
+    allowed = (cols <= rows) & key_mask.bool()[:, None, :]
+    allowed |= cols == rows
+    bias = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, -torch.inf)
+    return bias[:, None]
+
+
+def _activation(model: PreTrainedModel):
+    """torch's SiLU for a `silu` model (transformers' module is it behind a module call)."""
+    return F.silu if getattr(model.config, "hidden_act", None) in ("silu", "swish") else None
+
+
+def _fuse(layer: torch.nn.Module, rotated: bool = True) -> tuple:
+    """A layer's fused weights: [q; k; rotate_half(q); rotate_half(k); v] rows and their bias,
+    the number of query heads, the q+k width, and the [gate; up] rows and bias.
+
+    Built from the parameters with ordinary tensor operations, so under autograd the fused
+    weights pass their gradients back to the parameters.
+    """
+    attn, mlp = layer.self_attn, layer.mlp
+    dim = attn.head_dim
+    q, k, v = attn.q_proj, attn.k_proj, attn.v_proj
+    qk_w = torch.cat([q.weight, k.weight])
+    qk_b = _cat_bias([q, k])
+    qkv_b = None
+    if qk_b is not None or v.bias is not None:
+        qk_b = qk_b if qk_b is not None else qk_w.new_zeros(qk_w.shape[0])
+        v_b = v.bias if v.bias is not None else v.weight.new_zeros(v.out_features)
+        qkv_b = torch.cat([qk_b, _rotated(qk_b, dim), v_b] if rotated else [qk_b, v_b])
+    up = [mlp.gate_proj, mlp.up_proj]
+    return (
+        torch.cat([qk_w, _rotated(qk_w, dim), v.weight] if rotated else [qk_w, v.weight]),
+        qkv_b,
+        q.out_features // dim,
+        qk_w.shape[0],
+        torch.cat([m.weight for m in up]),
+        _cat_bias(up),
+    )
 
 
 def _norm(norm: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
@@ -147,13 +254,6 @@ def _rotated(rows: torch.Tensor, dim: int) -> torch.Tensor:
     heads = rows.view(-1, dim, *rows.shape[1:])
     half = dim // 2
     return torch.cat([-heads[:, half:], heads[:, :half]], dim=1).reshape(rows.shape)
-
-
-def _padding_bias(attention: torch.Tensor, kv_heads: int, dtype: torch.dtype) -> torch.Tensor:
-    """[B·kv_heads, 1, L]: 0 where a row's key is real, -inf on its left padding."""
-    batch, length = attention.shape
-    bias = torch.zeros((batch, length), dtype=dtype).masked_fill_(attention == 0, -torch.inf)
-    return bias[:, None, None, :].expand(batch, kv_heads, 1, length).reshape(-1, 1, length)
 
 
 def _attend(

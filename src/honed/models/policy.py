@@ -21,7 +21,7 @@ from honed.config import PolicyConfig
 from honed.envs.base import Sample
 from honed.errors import HonedError
 from honed.models.kvcache import InPlaceLayer, sampling_cache
-from honed.models.lean import LeanDecoder, supports_lean_decoding
+from honed.models.lean import LeanDecoder, lean_forward, supports_lean, supports_lean_decoding
 from honed.models.tiny import build_char_tokenizer, build_tiny_model
 
 # Checkpoints are written every few steps; per-save progress bars would drown the run's own.
@@ -225,6 +225,10 @@ class Policy:
             index = torch.as_tensor(row_prompt, dtype=torch.long)
             cache.reorder_cache(index)
             logits, attention, next_pos = logits[index], attention[index], next_pos[index]
+        # Every position a row can reach, so that each step takes a view instead of a copy.
+        width = attention.shape[1]
+        attention = torch.cat([attention, attention.new_ones((batch, steps))], dim=1)
+        bias = None  # the lean step's additive padding mask, rebuilt when rows leave
         tokens = torch.full((batch, steps), self.pad_id, dtype=torch.long)
         logprobs = torch.zeros((batch, steps), dtype=torch.float32)
         lengths = torch.full((batch,), steps, dtype=torch.long)
@@ -253,14 +257,16 @@ class Policy:
                     attention[keep],
                     next_pos[keep],
                 )
-                done = done[keep]
-            attention = torch.cat([attention, attention.new_ones((len(active), 1))], dim=1)
+                done, bias = done[keep], None
+            width += 1
             if lean is not None:
-                logits = lean.step(tok, next_pos, attention, cache.layers).float()
+                if bias is None:
+                    bias = lean.padding_bias(attention)
+                logits = lean.step(tok, next_pos, bias[..., :width], cache.layers).float()
             else:
                 out = self.model(
                     input_ids=tok[:, None],
-                    attention_mask=attention,
+                    attention_mask=attention[:, :width],
                     position_ids=next_pos[:, None],
                     past_key_values=cache,
                     use_cache=True,
@@ -300,14 +306,19 @@ def completion_logprobs(
     scores equal the behaviour log-probs.
     """
     width = batch.completion_width
-    out = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids,
-        use_cache=False,
-        logits_to_keep=width + 1,
-    )
-    return token_logprobs(out.logits[:, :-1, :], batch.completion_ids, temperature, with_entropy)
+    if supports_lean(model):
+        logits, _ = lean_forward(
+            model, batch.input_ids, batch.position_ids, batch.attention_mask, keep=width + 1
+        )
+    else:
+        logits = model(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids,
+            use_cache=False,
+            logits_to_keep=width + 1,
+        ).logits
+    return token_logprobs(logits[:, :-1, :], batch.completion_ids, temperature, with_entropy)
 
 
 def token_logprobs(

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from honed.models.lean import lean_forward, supports_lean
 from honed.models.policy import (
     TokenBatch,
     completion_logprobs,
@@ -90,6 +91,8 @@ def prefix_logprobs(
     model: PreTrainedModel, batch: PrefixBatch, temperature: float = 1.0, with_entropy: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`completion_logprobs` for a `PrefixBatch`: every distinct prompt is computed once."""
+    if supports_lean(model):
+        return _lean_prefix_logprobs(model, batch, temperature, with_entropy)
     cache = DynamicCache(config=model.config)
     prompt_positions = (batch.prompt_mask.cumsum(-1) - 1).clamp_min(0)
     out = model(
@@ -119,4 +122,26 @@ def prefix_logprobs(
             use_cache=True,
         )
         logits.append(out.logits)
+    return token_logprobs(torch.cat(logits, dim=1), batch.completion_ids, temperature, with_entropy)
+
+
+def _lean_prefix_logprobs(
+    model: PreTrainedModel, batch: PrefixBatch, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`prefix_logprobs` through `lean_forward`: the same two passes, the same function."""
+    prompt_positions = (batch.prompt_mask.cumsum(-1) - 1).clamp_min(0)
+    first, present = lean_forward(
+        model, batch.prompt_ids, prompt_positions, batch.prompt_mask, keep=1
+    )
+    rows = batch.row_prompt
+    logits = [first[rows]]
+    width = batch.completion_width
+    if width > 1:
+        # index_select: differentiable, gradients sum per prompt
+        past = [(k.index_select(0, rows), v.index_select(0, rows)) for k, v in present]
+        key_mask = torch.cat([batch.prompt_mask[rows], batch.completion_attention[:, :-1]], dim=1)
+        lengths = batch.prompt_mask.sum(-1)[rows]
+        positions = lengths[:, None] + torch.arange(width - 1)
+        out, _ = lean_forward(model, batch.completion_ids[:, :-1], positions, key_mask, past)
+        logits.append(out)
     return token_logprobs(torch.cat(logits, dim=1), batch.completion_ids, temperature, with_entropy)
