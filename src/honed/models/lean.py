@@ -7,9 +7,12 @@ per-module calls, three projections where one product would do, and RoPE's `rota
 the same function with the model's own weights and sub-modules (embeddings, rotary embedding,
 activation) and fewer, larger tensor operations:
 
-- each layer's query, key and value projections are one matrix product whose output also
-  holds the queries and keys already rotated by `rotate_half`: that is a signed permutation of
-  the output rows, so it is folded into the weights exactly, and RoPE is one multiply-add;
+- each layer's query, key and value projections are one matrix product, and RoPE rotates
+  queries and keys together, once per layer. In decoding, the product's output also holds the
+  queries and keys already rotated by `rotate_half` (a signed permutation of the output rows,
+  folded into the weights exactly), so RoPE is one multiply-add: that costs two thirds more
+  projection arithmetic, which pays where per-call overhead dominates (one token per row) and
+  not in scoring, where the arithmetic does;
 - the MLP's gate and up projections are one product;
 - RMSNorm is torch's `rms_norm` (float32 only, where the two are the same computation).
 
@@ -147,7 +150,7 @@ def lean_forward(
         qk, v = out.view(batch, length, -1, dim).split(
             [qk_size // dim, out.shape[-1] // dim - qk_size // dim], dim=2
         )
-        first, second = qk.chunk(2, dim=-1)
+        first, second = qk.chunk(2, dim=-1)  # RoPE on queries and keys at once
         qk = torch.addcmul(qk * cos, torch.cat([-second, first], dim=-1), sin)
         q, k = (t.transpose(1, 2) for t in qk.split([q_heads, qk.shape[2] - q_heads], dim=2))
         v = v.transpose(1, 2)
@@ -199,8 +202,9 @@ def _activation(model: PreTrainedModel):
 
 
 def _fuse(layer: torch.nn.Module, rotated: bool = True) -> tuple:
-    """A layer's fused weights: [q; k; rotate_half(q); rotate_half(k); v] rows and their bias,
-    the number of query heads, the q+k width, and the [gate; up] rows and bias.
+    """A layer's fused weights: [q; k; rotate_half(q); rotate_half(k); v] rows (without the
+    rotated blocks if not `rotated`) and their bias, the number of query heads, the q+k width,
+    and the [gate; up] rows and bias.
 
     Built from the parameters with ordinary tensor operations, so under autograd the fused
     weights pass their gradients back to the parameters.
