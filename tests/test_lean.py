@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+import honed.models.lean as lean_module
 import honed.models.policy as policy_module
 import honed.models.prefix as prefix_module
 from honed.models.kvcache import sampling_cache
@@ -125,16 +126,21 @@ def _scored(policy: Policy, batch, monkeypatch, lean: bool):
     mask = batch.completion_mask.float()
     adv = torch.linspace(-1.0, 1.0, mask.shape[0])[:, None]
     (logp * adv * mask).sum().backward()
-    monkeypatch.undo()
+    if not lean:
+        monkeypatch.setattr(policy_module, "supports_lean", supports_lean)
+        monkeypatch.setattr(prefix_module, "supports_lean", supports_lean)
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     return logp.detach() * mask, entropy * mask, grads
 
 
+@pytest.mark.parametrize("layout", ["packed", "padded"])
 @pytest.mark.parametrize("kind", ["prefix", "plain"])
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_the_lean_scoring_forward_gives_transformers_log_probs_and_gradients(
-    shape, kind, monkeypatch
+    shape, kind, layout, monkeypatch
 ):
+    # real tokens packed into one row (any padding at all) or left in the padded [B, T] layout
+    monkeypatch.setattr(lean_module, "PACK_MIN_PADDING", 1e-9 if layout == "packed" else 1.1)
     policy = _llama(**SHAPES[shape])
     texts = [t for t in ("12+3=", "7-1=", "100+23=") for _ in range(3)]
     samples = policy.generate(

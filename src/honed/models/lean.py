@@ -36,6 +36,10 @@ from transformers import PreTrainedModel
 
 from honed.models.kvcache import InPlaceLayer
 
+# `lean_forward` packs a batch's real tokens when at least this share of its positions is padding:
+# below it, moving rows in and out of the packed layout costs more than the padding does.
+PACK_MIN_PADDING = 0.125
+
 
 def supports_lean(model: PreTrainedModel) -> bool:
     """Whether this module's forwards compute exactly `model`'s forward."""
@@ -132,12 +136,23 @@ def lean_forward(
     layer's keys and values for the first S - T. Attention is causal over real keys. A padding
     query, which may have no real key at or before it, attends to itself so that it stays
     finite; nothing real attends to it, so it changes no other output and no gradient.
+
+    Padding costs arithmetic in every per-token product, and completions of one batch differ in
+    length. When at least `PACK_MIN_PADDING` of the T positions are padding, the real tokens
+    are packed into one row for everything but attention (projections, RoPE, norms, MLP), and
+    laid out [B, T] only for attention; padding positions then come out with zero logits.
     """
     inner = model.model
     act = _activation(model)
     batch, length = input_ids.shape
+    real = key_mask[:, -length:].bool()
+    packed = None
+    if int(real.sum()) <= (1.0 - PACK_MIN_PADDING) * real.numel():
+        packed = real.flatten().nonzero().squeeze(1)
+        input_ids = input_ids.flatten()[packed][None]  # [1, N]: the real tokens only
+        positions = positions.flatten()[packed][None]
     hidden = inner.embed_tokens(input_ids)
-    cos, sin = inner.rotary_emb(hidden, positions)  # [B, T, head_dim]
+    cos, sin = inner.rotary_emb(hidden, positions)  # [b, t, head_dim]
     cos, sin = cos[:, :, None], sin[:, :, None]
     bias = _mask_bias(key_mask, length, hidden.dtype)
     present = []
@@ -146,13 +161,17 @@ def lean_forward(
         attn, mlp = layer.self_attn, layer.mlp
         dim = attn.head_dim
         out = F.linear(_norm(layer.input_layernorm, hidden), qkv_w, qkv_b)
+        heads = out.view(*out.shape[:2], -1, dim)
+        qk_heads = qk_size // dim
         # split, not slicing: its backward is one concatenation, not a zero-filled tensor each
-        qk, v = out.view(batch, length, -1, dim).split(
-            [qk_size // dim, out.shape[-1] // dim - qk_size // dim], dim=2
-        )
+        qk, v = heads.split([qk_heads, heads.shape[2] - qk_heads], dim=2)
         first, second = qk.chunk(2, dim=-1)  # RoPE on queries and keys at once
         qk = torch.addcmul(qk * cos, torch.cat([-second, first], dim=-1), sin)
-        q, k = (t.transpose(1, 2) for t in qk.split([q_heads, qk.shape[2] - q_heads], dim=2))
+        if packed is not None:  # to [B, T] for attention, zeros at padding
+            heads = torch.cat([qk, v], dim=2)[0]
+            heads = heads.new_zeros((batch * length, *heads.shape[1:])).index_copy(0, packed, heads)
+            qk, v = heads.view(batch, length, -1, dim).split([qk_heads, v.shape[2]], dim=2)
+        q, k = (t.transpose(1, 2) for t in qk.split([q_heads, qk_heads - q_heads], dim=2))
         v = v.transpose(1, 2)
         if past is not None:
             k = torch.cat([past[index][0], k], dim=2)
@@ -169,13 +188,21 @@ def lean_forward(
             dropout_p=attn.attention_dropout if model.training else 0.0,
             scale=attn.scaling,
         )
-        attended = attended.transpose(1, 2).reshape(batch, length, -1)
+        attended = attended.transpose(1, 2).reshape(batch * length, -1)
+        if packed is not None:
+            attended = attended.index_select(0, packed)
+        attended = attended.view(*hidden.shape[:2], -1)
         hidden = hidden + F.linear(attended, attn.o_proj.weight, attn.o_proj.bias)
         x = _norm(layer.post_attention_layernorm, hidden)
         gate, up = F.linear(x, up_w, up_b).chunk(2, -1)
         gate = act(gate) if act is not None else mlp.act_fn(gate)
         down = mlp.down_proj
         hidden = hidden + F.linear(gate * up, down.weight, down.bias)
+    if packed is not None:
+        hidden = hidden.new_zeros((batch * length, hidden.shape[-1])).index_copy(
+            0, packed, hidden[0]
+        )
+        hidden = hidden.view(batch, length, -1)
     if keep is not None:
         hidden = hidden[:, -keep:]
     return model.lm_head(_norm(inner.norm, hidden)), present
