@@ -175,3 +175,28 @@ def test_the_mask_lets_queries_see_real_keys_up_to_themselves():
     # a padding query with no real key before it still sees itself (finite attention)
     alone = _mask_bias(torch.tensor([[0, 0, 1]]), 3, torch.float32)
     assert (alone == 0).squeeze().int().tolist() == [[1, 0, 0], [0, 1, 0], [0, 0, 1]]
+
+
+def test_a_bfloat16_model_scores_like_transformers(monkeypatch):
+    # half precision: transformers' RMSNorm instead of torch's kernel. Large weights make
+    # attention sharp, so that a wrong rotation would show despite bfloat16's rounding.
+    policy = _llama(initializer_range=0.3)
+    texts = ["12+3=", "12+3=", "7-1=", "7-1="]
+    samples = policy.generate(
+        [policy.encode(t) for t in texts],
+        list(range(len(texts))),
+        SamplingParams(temperature=1.0, top_p=1.0, max_tokens=5),
+    )
+    policy.model.to(torch.bfloat16)
+    batch = build_batch(
+        [s.prompt_ids for s in samples],
+        [s.completion_ids for s in samples],
+        [[1] * len(s.completion_ids) for s in samples],
+        policy.pad_id,
+    )
+    logp, _, grads = _scored(policy, batch, monkeypatch, lean=True)
+    ref_logp, _, ref_grads = _scored(policy, batch, monkeypatch, lean=False)
+    assert torch.allclose(logp, ref_logp, atol=0.15, rtol=0)
+    for name, grad in grads.items():
+        scale = max(1.0, float(ref_grads[name].abs().max()))
+        assert torch.allclose(grad.float(), ref_grads[name].float(), atol=0.15 * scale), name
