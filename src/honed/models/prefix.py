@@ -91,57 +91,64 @@ def prefix_logprobs(
     model: PreTrainedModel, batch: PrefixBatch, temperature: float = 1.0, with_entropy: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`completion_logprobs` for a `PrefixBatch`: every distinct prompt is computed once."""
-    if supports_lean(model):
-        return _lean_prefix_logprobs(model, batch, temperature, with_entropy)
-    cache = DynamicCache(config=model.config)
+    forward = _lean_pass if supports_lean(model) else _transformers_pass
     prompt_positions = (batch.prompt_mask.cumsum(-1) - 1).clamp_min(0)
-    out = model(
-        input_ids=batch.prompt_ids,
-        attention_mask=batch.prompt_mask,
-        position_ids=prompt_positions,
-        past_key_values=cache,
-        use_cache=True,
-        logits_to_keep=1,
-    )
+    first, past = forward(model, batch.prompt_ids, prompt_positions, batch.prompt_mask, keep=1)
     rows = batch.row_prompt
     # The last prompt position predicts the first completion token; the rest come from the
     # completion tokens themselves (all but the last, whose prediction is never scored).
-    logits = [out.logits[rows, -1:, :]]
-    width = batch.completion_width
-    if width > 1:
-        cache.reorder_cache(rows)  # index_select: differentiable, gradients sum per prompt
-        inputs = batch.completion_ids[:, :-1]
-        attention = torch.cat([batch.prompt_mask[rows], batch.completion_attention[:, :-1]], dim=1)
-        lengths = batch.prompt_mask.sum(-1)[rows]
-        positions = lengths[:, None] + torch.arange(width - 1)
-        out = model(
-            input_ids=inputs,
-            attention_mask=attention,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-        )
-        logits.append(out.logits)
-    return token_logprobs(torch.cat(logits, dim=1), batch.completion_ids, temperature, with_entropy)
-
-
-def _lean_prefix_logprobs(
-    model: PreTrainedModel, batch: PrefixBatch, temperature: float, with_entropy: bool
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`prefix_logprobs` through `lean_forward`: the same two passes, the same function."""
-    prompt_positions = (batch.prompt_mask.cumsum(-1) - 1).clamp_min(0)
-    first, present = lean_forward(
-        model, batch.prompt_ids, prompt_positions, batch.prompt_mask, keep=1
-    )
-    rows = batch.row_prompt
     logits = [first[rows]]
     width = batch.completion_width
     if width > 1:
-        # index_select: differentiable, gradients sum per prompt
-        past = [(k.index_select(0, rows), v.index_select(0, rows)) for k, v in present]
         key_mask = torch.cat([batch.prompt_mask[rows], batch.completion_attention[:, :-1]], dim=1)
-        lengths = batch.prompt_mask.sum(-1)[rows]
-        positions = lengths[:, None] + torch.arange(width - 1)
-        out, _ = lean_forward(model, batch.completion_ids[:, :-1], positions, key_mask, past)
+        positions = batch.prompt_mask.sum(-1)[rows, None] + torch.arange(width - 1)
+        out, _ = forward(
+            model, batch.completion_ids[:, :-1], positions, key_mask, _expand(past, rows)
+        )
         logits.append(out)
     return token_logprobs(torch.cat(logits, dim=1), batch.completion_ids, temperature, with_entropy)
+
+
+Past = DynamicCache | list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def _transformers_pass(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    positions: torch.Tensor,
+    key_mask: torch.Tensor,
+    past: Past | None = None,
+    keep: int = 0,
+) -> tuple[torch.Tensor, Past]:
+    """One pass through the model's own forward: logits (the last `keep`, all if 0), cache."""
+    cache = past if past is not None else DynamicCache(config=model.config)
+    out = model(
+        input_ids=input_ids,
+        attention_mask=key_mask,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=keep,
+    )
+    return out.logits, cache
+
+
+def _lean_pass(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    positions: torch.Tensor,
+    key_mask: torch.Tensor,
+    past: Past | None = None,
+    keep: int = 0,
+) -> tuple[torch.Tensor, Past]:
+    """The same pass through `lean_forward`."""
+    return lean_forward(model, input_ids, positions, key_mask, past, keep or None)
+
+
+def _expand(past: Past, rows: torch.Tensor) -> Past:
+    """Each prompt's keys and values for the rows that continue it (`index_select`, which is
+    differentiable: the gradients of a prompt's rows sum into it)."""
+    if isinstance(past, DynamicCache):
+        past.reorder_cache(rows)
+        return past
+    return [(k.index_select(0, rows), v.index_select(0, rows)) for k, v in past]
