@@ -11,7 +11,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 import honed.models.lean as lean_module
 import honed.models.policy as policy_module
 import honed.models.prefix as prefix_module
-from honed.models.kvcache import sampling_cache
+from honed.models.kvcache import InPlaceLayer, sampling_cache
 from honed.models.lean import LeanDecoder, _mask_bias, supports_lean, supports_lean_decoding
 from honed.models.policy import Policy, SamplingParams, left_pad, make_batch
 from honed.models.prefix import PrefixBatch, batch_logprobs, build_batch
@@ -68,7 +68,7 @@ def test_a_lean_step_gives_the_logits_of_the_models_forward(shape):
                 past_key_values=cache,
                 use_cache=True,
             )
-        lean = LeanDecoder(model)
+        lean = LeanDecoder(model, ids.shape[1] + 4)
         token = torch.tensor([5, 9, 11])
         pos = positions[:, -1] + 1
         for _ in range(3):
@@ -111,6 +111,29 @@ def test_other_models_and_training_mode_take_transformers_forward():
     policy.model.config.pretraining_tp = 1
     policy.model.config.model_type = "mistral"
     assert not supports_lean(policy.model)
+
+
+def test_rope_whose_frequencies_follow_the_length_takes_transformers_forward():
+    """The lean step reads RoPE from a table built once, which a `dynamic` RoPE would break."""
+    policy = _llama(rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4})
+    assert supports_lean(policy.model)
+    assert not supports_lean_decoding(policy.model)
+
+
+def test_appending_one_position_is_an_update_of_one_position():
+    a, b = InPlaceLayer(capacity=3), InPlaceLayer(capacity=3)
+    first = torch.randn(2, 2, 1, 4), torch.randn(2, 2, 1, 4)
+    a.update(*first)
+    b.update(*first)
+    new = torch.randn(2, 2, 4), torch.randn(2, 2, 4)
+    expected = a.update(new[0][:, :, None], new[1][:, :, None])
+    got = b.append(*new)
+    assert b.get_seq_length() == a.get_seq_length() == 2
+    for x, y in zip(got, expected, strict=True):
+        assert torch.equal(x, y)
+    b.append(*new)
+    with pytest.raises(ValueError, match="holds 3 positions"):
+        b.append(*new)
 
 
 # ------------------------------------------------------------------ the scoring forward

@@ -48,6 +48,18 @@ class InPlaceLayer(DynamicLayer):
         self._views()
         return self.keys, self.values
 
+    def append(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write one position, `key`/`value` [B, kv_heads, dim], and return the filled keys and
+        values: `update` for a single token, in the fewest tensor operations (the lean decoder's
+        path, where each one costs about as much as its arithmetic)."""
+        if self.length >= self.capacity:
+            raise ValueError(f"the KV cache holds {self.capacity} positions; one more was written")
+        self.key_room.select(2, self.length).copy_(key)
+        self.value_room.select(2, self.length).copy_(value)
+        self.length += 1
+        self._views()
+        return self.keys, self.values
+
     def _views(self) -> None:
         self.keys = self.key_room[:, :, : self.length]
         self.values = self.value_room[:, :, : self.length]

@@ -52,22 +52,37 @@ def supports_lean(model: PreTrainedModel) -> bool:
 
 
 def supports_lean_decoding(model: PreTrainedModel) -> bool:
-    """Whether `LeanDecoder` computes this model's decoding step (in eval mode only)."""
-    return supports_lean(model) and not model.training
+    """Whether `LeanDecoder` computes this model's decoding step (in eval mode only).
+
+    The decoder reads RoPE's angles from a table built once; a rotary embedding whose
+    frequencies change with the sequence length (`dynamic`, `longrope`) is left to the model.
+    """
+    if not supports_lean(model) or model.training:
+        return False
+    return getattr(model.model.rotary_emb, "rope_type", "default") not in ("dynamic", "longrope")
 
 
 class LeanDecoder:
     """One model's decoding step without `transformers`' per-step machinery.
 
     Built once per `generate` call: the weights it fuses are a snapshot (build it again after
-    an optimizer step).
+    an optimizer step). They are stored transposed, [in, out], so that every projection is one
+    `mm` (the residual ones one `addmm`, which adds the residual inside the product), and RoPE's
+    cos/sin come from a table over `positions` positions computed by the model's own rotary
+    embedding: a row's angles are the same numbers whichever batch they are computed in.
     """
 
     @torch.inference_mode()
-    def __init__(self, model: PreTrainedModel) -> None:
+    def __init__(self, model: PreTrainedModel, positions: int) -> None:
         self.model = model
+        inner = model.model
         self.act = _activation(model)
-        self.fused = [_fuse(layer) for layer in model.model.layers]
+        self.embed = inner.embed_tokens.weight
+        self.head = model.lm_head.weight  # often tied to `embed`: a view, never a copy
+        self.head_bias = model.lm_head.bias
+        cos, sin = inner.rotary_emb(self.embed, torch.arange(positions)[None])
+        self.cos, self.sin = cos[0, :, None], sin[0, :, None]  # [positions, 1, head_dim]
+        self.layers = [_DecodeLayer(layer, self.act) for layer in inner.layers]
 
     def padding_bias(self, attention: torch.Tensor) -> torch.Tensor:
         """The additive mask `step` takes, [B·kv_heads, 1, L]: 0 on real keys, -inf on padding.
@@ -78,8 +93,8 @@ class LeanDecoder:
         config = self.model.config
         kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
         batch, length = attention.shape
-        dtype = self.model.model.embed_tokens.weight.dtype
-        bias = torch.zeros((batch, length), dtype=dtype).masked_fill_(attention == 0, -torch.inf)
+        bias = torch.zeros((batch, length), dtype=self.embed.dtype)
+        bias.masked_fill_(attention == 0, -torch.inf)
         return bias[:, None, None, :].expand(batch, kv_heads, 1, length).reshape(-1, 1, length)
 
     @torch.inference_mode()
@@ -95,29 +110,47 @@ class LeanDecoder:
         `tokens` and `positions` are [B]; `bias` is `padding_bias` over the L keys this step
         attends to, the new token's included; `layers` are the cache's layers, prefilled.
         """
-        model = self.model
-        inner = model.model
-        hidden = inner.embed_tokens(tokens)  # [B, H]: one query per row, no sequence axis
-        cos, sin = inner.rotary_emb(hidden, positions[:, None])  # [B, 1, head_dim]
-        batch = tokens.shape[0]
-        for layer, cache, fused in zip(inner.layers, layers, self.fused, strict=True):
-            qkv_w, qkv_b, q_heads, qk_size, up_w, up_b = fused
-            attn, mlp = layer.self_attn, layer.mlp
-            dim = attn.head_dim
-            out = F.linear(_norm(layer.input_layernorm, hidden), qkv_w, qkv_b)
-            qk = out[:, :qk_size].view(batch, -1, dim)
-            qk = torch.addcmul(qk * cos, out[:, qk_size : 2 * qk_size].view(batch, -1, dim), sin)
-            q, k = qk[:, :q_heads], qk[:, q_heads:]
-            v = out[:, 2 * qk_size :].view(batch, -1, 1, dim)
-            keys, values = cache.update(k.unsqueeze(2), v)
-            attended = _attend(q, keys, values, bias, attn.scaling)
-            hidden = hidden + F.linear(attended, attn.o_proj.weight, attn.o_proj.bias)
-            x = _norm(layer.post_attention_layernorm, hidden)
-            gate, up = F.linear(x, up_w, up_b).chunk(2, -1)
-            gate = self.act(gate) if self.act is not None else mlp.act_fn(gate)
-            down = mlp.down_proj
-            hidden = hidden + F.linear(gate * up, down.weight, down.bias)
-        return model.lm_head(_norm(inner.norm, hidden))
+        hidden = F.embedding(tokens, self.embed)  # [B, H]: one query per row, no sequence axis
+        cos, sin = self.cos.index_select(0, positions), self.sin.index_select(0, positions)
+        for layer, cache in zip(self.layers, layers, strict=True):
+            hidden = layer.step(hidden, cos, sin, bias, cache)
+        return F.linear(_norm(self.model.model.norm, hidden), self.head, self.head_bias)
+
+
+class _DecodeLayer:
+    """One decoder layer's fused, transposed weights and its single-token step."""
+
+    def __init__(self, layer: torch.nn.Module, act) -> None:
+        attn, mlp = layer.self_attn, layer.mlp
+        qkv_w, self.qkv_b, self.q_heads, self.qk_size, up_w, self.up_b = _fuse(layer)
+        self.qkv = qkv_w.t().contiguous()  # [H, q+k+rot(q)+rot(k)+v]
+        self.up = up_w.t().contiguous()  # [H, gate+up]
+        self.o = attn.o_proj.weight.t().contiguous()
+        self.o_b = attn.o_proj.bias
+        self.down = mlp.down_proj.weight.t().contiguous()
+        self.down_b = mlp.down_proj.bias
+        self.dim, self.scale = attn.head_dim, attn.scaling
+        self.norms = layer.input_layernorm, layer.post_attention_layernorm
+        self.act = act if act is not None else mlp.act_fn
+
+    def step(self, hidden, cos, sin, bias, cache: InPlaceLayer) -> torch.Tensor:
+        batch, dim, qk_size = hidden.shape[0], self.dim, self.qk_size
+        out = _project(_norm(self.norms[0], hidden), self.qkv, self.qkv_b)
+        qk = out[:, :qk_size].view(batch, -1, dim)
+        qk = torch.addcmul(qk * cos, out[:, qk_size : 2 * qk_size].view(batch, -1, dim), sin)
+        v = out[:, 2 * qk_size :].view(batch, -1, dim)
+        keys, values = cache.append(qk[:, self.q_heads :], v)
+        attended = _attend(qk[:, : self.q_heads], keys, values, bias, self.scale)
+        hidden = torch.addmm(hidden, attended, self.o)  # the residual added inside the product
+        if self.o_b is not None:
+            hidden = hidden + self.o_b
+        gate, up = _project(_norm(self.norms[1], hidden), self.up, self.up_b).chunk(2, -1)
+        hidden = torch.addmm(hidden, self.act(gate).mul_(up), self.down)
+        return hidden if self.down_b is None else hidden + self.down_b
+
+
+def _project(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.mm(x, weight_t) if bias is None else torch.addmm(bias, x, weight_t)
 
 
 def lean_forward(
@@ -303,5 +336,8 @@ def _attend(
     keys = keys.reshape(batch * kv_heads, length, dim)
     values = values.reshape(batch * kv_heads, length, dim)
     scores = torch.baddbmm(bias, q, keys.transpose(1, 2), alpha=scale)
-    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-    return torch.bmm(weights, values).reshape(batch, heads * dim)
+    if scores.dtype == torch.float32:
+        weights = torch.softmax(scores, dim=-1)
+    else:  # softmax in float32, as `transformers`' eager attention does
+        weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.bmm(weights, values).view(batch, heads * dim)

@@ -220,7 +220,7 @@ class Policy:
         if supports_lean_decoding(self.model) and all(
             type(layer) is InPlaceLayer for layer in cache.layers
         ):
-            lean = LeanDecoder(self.model)
+            lean = LeanDecoder(self.model, int(next_pos.max()) + steps)
         if len(distinct) < batch:
             index = torch.as_tensor(row_prompt, dtype=torch.long)
             cache.reorder_cache(index)
