@@ -50,19 +50,25 @@ class InPlaceLayer(DynamicLayer):
 
     def append(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write one position, `key`/`value` [B, kv_heads, dim], and return the filled keys and
-        values: `update` for a single token, in the fewest tensor operations (the lean decoder's
-        path, where each one costs about as much as its arithmetic)."""
+        values as [B·kv_heads, L, dim]: `update` for a single token in the fewest tensor
+        operations, for the lean decoder, where each one costs about as much as its arithmetic.
+
+        The `keys`/`values` attributes (`transformers`' [B, kv_heads, L, dim] views) are left as
+        the last `update` or `reorder_cache` made them; `update` refreshes them.
+        """
         if self.length >= self.capacity:
             raise ValueError(f"the KV cache holds {self.capacity} positions; one more was written")
         self.key_room.select(2, self.length).copy_(key)
         self.value_room.select(2, self.length).copy_(value)
         self.length += 1
-        self._views()
-        return self.keys, self.values
+        return self.key_rows[:, : self.length], self.value_rows[:, : self.length]
 
     def _views(self) -> None:
         self.keys = self.key_room[:, :, : self.length]
         self.values = self.value_room[:, :, : self.length]
+        # the same rooms with batch and heads merged, for `append`'s attention
+        self.key_rows = self.key_room.view(-1, *self.key_room.shape[2:])
+        self.value_rows = self.value_room.view(-1, *self.value_room.shape[2:])
 
     def get_seq_length(self) -> int:
         return self.length

@@ -122,8 +122,12 @@ class _DecodeLayer:
 
     def __init__(self, layer: torch.nn.Module, act) -> None:
         attn, mlp = layer.self_attn, layer.mlp
-        qkv_w, self.qkv_b, self.q_heads, self.qk_size, up_w, self.up_b = _fuse(layer)
+        qkv_w, self.qkv_b, q_heads, qk_size, up_w, self.up_b = _fuse(layer)
         self.qkv = qkv_w.t().contiguous()  # [H, q+k+rot(q)+rot(k)+v]
+        qk_heads = qk_size // attn.head_dim
+        # heads of the product: q and k, the same rotated, v; then q and k apart
+        self.splits = [qk_heads, qk_heads, qkv_w.shape[0] // attn.head_dim - 2 * qk_heads]
+        self.qk_splits = [q_heads, qk_heads - q_heads]
         self.up = up_w.t().contiguous()  # [H, gate+up]
         self.o = attn.o_proj.weight.t().contiguous()
         self.o_b = attn.o_proj.bias
@@ -134,13 +138,11 @@ class _DecodeLayer:
         self.act = act if act is not None else mlp.act_fn
 
     def step(self, hidden, cos, sin, bias, cache: InPlaceLayer) -> torch.Tensor:
-        batch, dim, qk_size = hidden.shape[0], self.dim, self.qk_size
-        out = _project(_norm(self.norms[0], hidden), self.qkv, self.qkv_b)
-        qk = out[:, :qk_size].view(batch, -1, dim)
-        qk = torch.addcmul(qk * cos, out[:, qk_size : 2 * qk_size].view(batch, -1, dim), sin)
-        v = out[:, 2 * qk_size :].view(batch, -1, dim)
-        keys, values = cache.append(qk[:, self.q_heads :], v)
-        attended = _attend(qk[:, : self.q_heads], keys, values, bias, self.scale)
+        heads = _project(_norm(self.norms[0], hidden), self.qkv, self.qkv_b)
+        qk, rotated, v = heads.view(hidden.shape[0], -1, self.dim).split(self.splits, dim=1)
+        q, k = torch.addcmul(qk * cos, rotated, sin).split(self.qk_splits, dim=1)
+        keys, values = cache.append(k, v)
+        attended = _attend(q, keys, values, bias, self.scale)
         hidden = torch.addmm(hidden, attended, self.o)  # the residual added inside the product
         if self.o_b is not None:
             hidden = hidden + self.o_b
@@ -327,14 +329,11 @@ def _attend(
 
     For a single query, two batched matrix products beat `scaled_dot_product_attention`'s CPU
     kernel several times over (that kernel is tiled for long queries). `q` is [B, heads, dim];
-    the cache's `keys`/`values` [B, kv_heads, L, dim] are viewed as [B·kv_heads, L, dim], and
-    grouped-query heads sharing a key/value head are the rows of one product, without copying.
+    `keys`/`values` are the cache's [B·kv_heads, L, dim]; grouped-query heads sharing a
+    key/value head are the rows of one product.
     """
     batch, heads, dim = q.shape
-    kv_heads, length = keys.shape[1], keys.shape[2]
-    q = q.reshape(batch * kv_heads, heads // kv_heads, dim)
-    keys = keys.reshape(batch * kv_heads, length, dim)
-    values = values.reshape(batch * kv_heads, length, dim)
+    q = q.reshape(keys.shape[0], batch * heads // keys.shape[0], dim)
     scores = torch.baddbmm(bias, q, keys.transpose(1, 2), alpha=scale)
     if scores.dtype == torch.float32:
         weights = torch.softmax(scores, dim=-1)

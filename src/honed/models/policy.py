@@ -229,26 +229,23 @@ class Policy:
         width = attention.shape[1]
         attention = torch.cat([attention, attention.new_ones((batch, steps))], dim=1)
         bias = None  # the lean step's additive padding mask, rebuilt when rows leave
-        tokens = torch.full((batch, steps), self.pad_id, dtype=torch.long)
-        logprobs = torch.zeros((batch, steps), dtype=torch.float32)
-        lengths = torch.full((batch,), steps, dtype=torch.long)
         active = torch.arange(batch)  # the original row of each row still in the batch
         done = torch.zeros(batch, dtype=torch.bool)  # rows in the batch that have stopped
         stop_ids = torch.as_tensor(self.stop_ids, dtype=torch.long)
+        # Tokens and log-probs are kept per run of steps over the same rows and written out at
+        # the end: scattering each step's into [batch, steps] costs as much as sampling it.
+        runs: list[tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]] = [(active, [], [])]
         for t in range(steps):
-            u = None if uniforms is None else uniforms[active, t]
-            tok, lp = _pick(logits, u, params)
-            # A stopped row still in the batch writes past its length; those entries are cut off.
-            tokens[active, t] = tok
-            logprobs[active, t] = lp
-            stopped = torch.isin(tok, stop_ids) & ~done
-            lengths[active[stopped]] = t + 1
-            done |= stopped
-            if t == steps - 1 or bool(done.all()):
+            tok, lp = _pick(logits, None if uniforms is None else uniforms[:, t], params)
+            runs[-1][1].append(tok)
+            runs[-1][2].append(lp)
+            done |= torch.isin(tok, stop_ids)
+            finished = int(done.sum())
+            if t == steps - 1 or finished == len(done):
                 break
             # Dropping rows copies the cache, so stopped rows ride along until they are an
             # eighth of the batch: a few wasted rows cost less than a copy at every stop.
-            if int(done.sum()) * 8 >= len(done):
+            if finished * 8 >= len(done):
                 keep = (~done).nonzero().squeeze(1)
                 cache.reorder_cache(keep)
                 active, tok, attention, next_pos = (
@@ -257,7 +254,9 @@ class Policy:
                     attention[keep],
                     next_pos[keep],
                 )
+                uniforms = None if uniforms is None else uniforms[keep]
                 done, bias = done[keep], None
+                runs.append((active, [], []))
             width += 1
             if lean is not None:
                 if bias is None:
@@ -273,6 +272,18 @@ class Policy:
                 )
                 logits = out.logits[:, -1, :].float()
             next_pos = next_pos + 1
+        tokens = torch.full((batch, steps), self.pad_id, dtype=torch.long)
+        logprobs = torch.zeros((batch, steps), dtype=torch.float32)
+        first = 0
+        for rows, run_tokens, run_logprobs in runs:
+            last = first + len(run_tokens)
+            tokens[rows, first:last] = torch.stack(run_tokens, dim=1)
+            logprobs[rows, first:last] = torch.stack(run_logprobs, dim=1)
+            first = last
+        # A completion ends at its first stop token (a stopped row still in the batch went on
+        # sampling; what it wrote after the stop is cut off), or at `steps` tokens.
+        stops = torch.isin(tokens, stop_ids)
+        lengths = torch.where(stops.any(1), stops.int().argmax(1) + 1, steps)
         samples = []
         for i in range(batch):
             n = int(lengths[i])
