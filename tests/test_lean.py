@@ -139,6 +139,23 @@ def test_appending_one_position_is_an_update_of_one_position():
 # ------------------------------------------------------------------ the scoring forward
 
 
+def test_the_hand_written_backwards_are_the_derivatives():
+    """RoPE and RMSNorm's backward passes (the scoring forward's), against finite differences."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 4, 8, dtype=torch.float64, generator=gen, requires_grad=True)
+    cos = torch.randn(2, 3, 1, 8, dtype=torch.float64, generator=gen)
+    sin = torch.randn(2, 3, 1, 8, dtype=torch.float64, generator=gen)
+    rotated = torch.cat([-x[..., 4:], x[..., :4]], dim=-1)
+    assert torch.allclose(lean_module._Rope.apply(x, cos, sin), x * cos + rotated * sin)
+    assert torch.autograd.gradcheck(lambda t: lean_module._Rope.apply(t, cos, sin), (x,))
+    weight = torch.randn(8, dtype=torch.float64, generator=gen, requires_grad=True)
+    expected = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * weight
+    assert torch.allclose(lean_module._RMSNorm.apply(x, weight, 1e-5), expected)
+    assert torch.autograd.gradcheck(
+        lambda t, w: lean_module._RMSNorm.apply(t, w, 1e-5), (x, weight)
+    )
+
+
 def _scored(policy: Policy, batch, monkeypatch, lean: bool):
     """Log-probs, entropy and the gradient of an advantage-weighted loss, in training mode."""
     if not lean:

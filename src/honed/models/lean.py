@@ -200,8 +200,7 @@ def lean_forward(
         qk_heads = qk_size // dim
         # split, not slicing: its backward is one concatenation, not a zero-filled tensor each
         qk, v = heads.split([qk_heads, heads.shape[2] - qk_heads], dim=2)
-        first, second = qk.chunk(2, dim=-1)  # RoPE on queries and keys at once
-        qk = torch.addcmul(qk * cos, torch.cat([-second, first], dim=-1), sin)
+        qk = _Rope.apply(qk, cos, sin)  # queries and keys at once
         if packed is not None:  # to [B, T] for attention, zeros at padding
             heads = torch.cat([qk, v], dim=2)[0]
             heads = heads.new_zeros((batch * length, *heads.shape[1:])).index_copy(0, packed, heads)
@@ -241,6 +240,58 @@ def lean_forward(
     if keep is not None:
         hidden = hidden[:, -keep:]
     return model.lm_head(_norm(inner.norm, hidden)), present
+
+
+class _Rope(torch.autograd.Function):
+    """RoPE, x·cos + rotate_half(x)·sin, with a hand-written backward.
+
+    Through autograd, rotate_half (two halves, a negation, a concatenation) and the products
+    cost about ten passes over the queries and keys, forward and backward; here each direction
+    is one product and two half-width multiply-adds into it. rotate_half is a signed
+    permutation R, so the gradient is g·cos + Rᵀ(g·sin), with Rᵀ(y₁, y₂) = (y₂, -y₁).
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        out = x * cos
+        out[..., :half].addcmul_(x[..., half:], sin[..., :half], value=-1)
+        out[..., half:].addcmul_(x[..., :half], sin[..., half:])
+        ctx.save_for_backward(cos, sin)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        cos, sin = ctx.saved_tensors
+        half = grad.shape[-1] // 2
+        out = grad * cos
+        out[..., :half].addcmul_(grad[..., half:], sin[..., half:])
+        out[..., half:].addcmul_(grad[..., :half], sin[..., :half], value=-1)
+        return out, None, None
+
+
+class _RMSNorm(torch.autograd.Function):
+    """`LlamaRMSNorm` in float32, x·rsqrt(mean(x²) + ε)·w, with a hand-written backward.
+
+    Autograd through the composite (square, mean, add, rsqrt, two products) takes about a
+    dozen passes over the activations; with x̂ = x·r and g' = g·w, the gradients are
+    dx = r·(g' - x̂·mean(g'·x̂)) and dw = Σ g·x̂, about half as many.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        r = torch.rsqrt(x.square().mean(-1, keepdim=True).add_(eps))
+        normed = x * r
+        ctx.save_for_backward(normed, r, weight)
+        return normed * weight
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        normed, r, weight = ctx.saved_tensors
+        grad_weight = (grad * normed).flatten(0, -2).sum(0)
+        grad_normed = grad * weight
+        mean = torch.linalg.vecdot(grad_normed, normed).unsqueeze(-1).div_(normed.shape[-1])
+        return torch.addcmul(grad_normed, normed, mean, value=-1).mul_(r), grad_weight, None
 
 
 def _mask_bias(key_mask: torch.Tensor, queries: int, dtype: torch.dtype) -> torch.Tensor:
@@ -293,13 +344,15 @@ def _fuse(layer: torch.nn.Module, rotated: bool = True) -> tuple:
 
 
 def _norm(norm: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-    """`LlamaRMSNorm` as torch's fused kernel: one call instead of seven small ones.
+    """`LlamaRMSNorm` as one call (torch's `rms_norm`) or, under autograd, `_RMSNorm`.
 
-    Only in float32, where the two are the same computation; `LlamaRMSNorm` normalises a
+    Only in float32, where these are the same computation; `LlamaRMSNorm` normalises a
     half-precision input in float32 and rounds before the weight, so it keeps those.
     """
     if hidden.dtype != torch.float32:
         return norm(hidden)
+    if torch.is_grad_enabled() and (hidden.requires_grad or norm.weight.requires_grad):
+        return _RMSNorm.apply(hidden, norm.weight, norm.variance_epsilon)
     return F.rms_norm(hidden, hidden.shape[-1:], norm.weight, norm.variance_epsilon)
 
 
