@@ -111,6 +111,7 @@ class LeanDecoder:
         attends to, the new token's included; `layers` are the cache's layers, prefilled.
         """
         hidden = F.embedding(tokens, self.embed)  # [B, H]: one query per row, no sequence axis
+        bias = bias.contiguous()  # once for all layers: a strided one slows every `baddbmm`
         cos, sin = self.cos.index_select(0, positions), self.sin.index_select(0, positions)
         for layer, cache in zip(self.layers, layers, strict=True):
             hidden = layer.step(hidden, cos, sin, bias, cache)
