@@ -140,7 +140,7 @@ def test_appending_one_position_is_an_update_of_one_position():
 
 
 def test_the_hand_written_backwards_are_the_derivatives():
-    """RoPE and RMSNorm's backward passes (the scoring forward's), against finite differences."""
+    """The scoring forward's hand-written backward passes, against finite differences."""
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(2, 3, 4, 8, dtype=torch.float64, generator=gen, requires_grad=True)
     cos = torch.randn(2, 3, 1, 8, dtype=torch.float64, generator=gen)
@@ -154,6 +154,9 @@ def test_the_hand_written_backwards_are_the_derivatives():
     assert torch.autograd.gradcheck(
         lambda t, w: lean_module._RMSNorm.apply(t, w, 1e-5), (x, weight)
     )
+    gate, up = x.chunk(2, dim=-1)
+    assert torch.allclose(lean_module._SwiGLU.apply(x), torch.nn.functional.silu(gate) * up)
+    assert torch.autograd.gradcheck(lean_module._SwiGLU.apply, (x,))
 
 
 def _scored(policy: Policy, batch, monkeypatch, lean: bool):

@@ -18,10 +18,14 @@ activation) and fewer, larger tensor operations:
 
 `LeanDecoder` is the sampler's decoding step (one query per row, the in-place KV cache, a
 two-product attention instead of `scaled_dot_product_attention`'s kernel, which is tiled for
-long queries). `lean_forward` is the scoring forward of the update, with gradients: the fused
-weights are concatenated from the parameters inside the autograd graph on every call, so the
-gradients reach the parameters exactly as through `transformers`' forward. Tests compare
-logits, log-probs and gradients with `transformers`.
+long queries, weights stored transposed so each projection is one `mm`, the residual added
+inside the product, RoPE's angles read from a table). `lean_forward` is the scoring forward of
+the update, with gradients: the fused weights are concatenated from the parameters inside the
+autograd graph on every call, so the gradients reach the parameters exactly as through
+`transformers`' forward; RoPE, RMSNorm and the gated MLP activation are autograd functions
+whose backward passes take about half the passes over the activations that autograd through
+their pieces would. Tests compare logits, log-probs and gradients with `transformers`, and the
+hand-written backward passes with finite differences.
 
 Only plain Llama models (`model_type == "llama"`, full attention, no attention or MLP
 peculiarities beyond optional biases) take these paths (`supports_lean`); any other model
@@ -229,10 +233,14 @@ def lean_forward(
         attended = attended.view(*hidden.shape[:2], -1)
         hidden = hidden + F.linear(attended, attn.o_proj.weight, attn.o_proj.bias)
         x = _norm(layer.post_attention_layernorm, hidden)
-        gate, up = F.linear(x, up_w, up_b).chunk(2, -1)
-        gate = act(gate) if act is not None else mlp.act_fn(gate)
+        gate_up = F.linear(x, up_w, up_b)
+        if act is not None:
+            gated = _SwiGLU.apply(gate_up)
+        else:
+            gate, up = gate_up.chunk(2, -1)
+            gated = (act(gate) if act is not None else mlp.act_fn(gate)) * up
         down = mlp.down_proj
-        hidden = hidden + F.linear(gate * up, down.weight, down.bias)
+        hidden = hidden + F.linear(gated, down.weight, down.bias)
     if packed is not None:
         hidden = hidden.new_zeros((batch * length, hidden.shape[-1])).index_copy(
             0, packed, hidden[0]
@@ -269,6 +277,31 @@ class _Rope(torch.autograd.Function):
         out[..., :half].addcmul_(grad[..., half:], sin[..., half:])
         out[..., half:].addcmul_(grad[..., :half], sin[..., :half], value=-1)
         return out, None, None
+
+
+class _SwiGLU(torch.autograd.Function):
+    """silu(gate)·up from the fused [gate; up] product, with a hand-written backward.
+
+    Autograd would compute the two halves' gradients apart and concatenate them for the fused
+    product's backward; here they are written into one tensor (the SiLU derivative by torch's
+    own `silu_backward`), one pass and one allocation fewer.
+    """
+
+    @staticmethod
+    def forward(ctx, gate_up: torch.Tensor) -> torch.Tensor:
+        gate, up = gate_up.chunk(2, -1)
+        ctx.save_for_backward(gate_up)
+        return F.silu(gate).mul_(up)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        (gate_up,) = ctx.saved_tensors
+        gate, up = gate_up.chunk(2, -1)
+        out = torch.empty_like(gate_up)
+        grad_gate, grad_up = out.chunk(2, -1)
+        torch.mul(grad, F.silu(gate), out=grad_up)
+        torch.ops.aten.silu_backward.grad_input(grad * up, gate, grad_input=grad_gate)
+        return out
 
 
 class _RMSNorm(torch.autograd.Function):
