@@ -34,6 +34,8 @@ runs its own `forward`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
@@ -125,7 +127,7 @@ class LeanDecoder:
 class _DecodeLayer:
     """One decoder layer's fused, transposed weights and its single-token step."""
 
-    def __init__(self, layer: torch.nn.Module, act) -> None:
+    def __init__(self, layer: torch.nn.Module, act: Callable | None) -> None:
         attn, mlp = layer.self_attn, layer.mlp
         qkv_w, self.qkv_b, q_heads, qk_size, up_w, self.up_b = _fuse(layer)
         self.qkv = qkv_w.t().contiguous()  # [H, q+k+rot(q)+rot(k)+v]
@@ -142,7 +144,14 @@ class _DecodeLayer:
         self.norms = layer.input_layernorm, layer.post_attention_layernorm
         self.act = act if act is not None else mlp.act_fn
 
-    def step(self, hidden, cos, sin, bias, cache: InPlaceLayer) -> torch.Tensor:
+    def step(
+        self,
+        hidden: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        bias: torch.Tensor,
+        cache: InPlaceLayer,
+    ) -> torch.Tensor:
         heads = _project(_norm(self.norms[0], hidden), self.qkv, self.qkv_b)
         qk, rotated, v = heads.view(hidden.shape[0], -1, self.dim).split(self.splits, dim=1)
         q, k = torch.addcmul(qk * cos, rotated, sin).split(self.qk_splits, dim=1)
