@@ -311,6 +311,11 @@ def main() -> None:
         else:
             results = [res for seed in args.seeds for res in run_seed(seed, work, args)]
 
+    if args.out:
+        setting = vars(args) | {"env": args.env}
+        args.out.write_text(
+            json.dumps({"setting": setting, "results": results}, indent=2, default=str)
+        )
     print(f"\nsetting: {describe(args)}")
     if len(args.strategies) < len(STRATEGIES):
         print(f"elapsed: {time.perf_counter() - started:.0f} s")
@@ -348,14 +353,6 @@ def main() -> None:
         cells = [ratio_cell(row, gain)[0] for row in by_seed.values()]
         print(f"  +{gain:.2f}: " + ", ".join(cells))
     print(f"elapsed: {time.perf_counter() - started:.0f} s")
-    if args.out:
-        args.out.write_text(
-            json.dumps(
-                {"setting": vars(args) | {"env": args.env}, "results": results},
-                indent=2,
-                default=str,
-            )
-        )
 
 
 if __name__ == "__main__":
