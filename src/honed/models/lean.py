@@ -82,13 +82,12 @@ class LeanDecoder:
     def __init__(self, model: PreTrainedModel, positions: int) -> None:
         self.model = model
         inner = model.model
-        self.act = _activation(model)
         self.embed = inner.embed_tokens.weight
         self.head = model.lm_head.weight  # often tied to `embed`: a view, never a copy
         self.head_bias = model.lm_head.bias
         cos, sin = inner.rotary_emb(self.embed, torch.arange(positions)[None])
         self.cos, self.sin = cos[0, :, None], sin[0, :, None]  # [positions, 1, head_dim]
-        self.layers = [_DecodeLayer(layer, self.act) for layer in inner.layers]
+        self.layers = [_DecodeLayer(layer, _activation(model)) for layer in inner.layers]
 
     def padding_bias(self, attention: torch.Tensor) -> torch.Tensor:
         """The additive mask `step` takes, [B·kv_heads, 1, L]: 0 on real keys, -inf on padding.
@@ -245,9 +244,9 @@ def lean_forward(
         gate_up = F.linear(x, up_w, up_b)
         if act is not None:
             gated = _SwiGLU.apply(gate_up)
-        else:
+        else:  # an activation other than SiLU: the model's own module
             gate, up = gate_up.chunk(2, -1)
-            gated = (act(gate) if act is not None else mlp.act_fn(gate)) * up
+            gated = mlp.act_fn(gate) * up
         down = mlp.down_proj
         hidden = hidden + F.linear(gated, down.weight, down.bias)
     if packed is not None:
