@@ -15,17 +15,20 @@ disjoint from every training item), greedy, as the mean over environments of exa
 
 Rollouts are counted where they are spent, in generation. With dynamic sampling (DAPO, on by
 default) a step keeps drawing groups until `--prompts` of them have reward spread, at most
-`--max-rounds` rounds: every group drawn counts (`sampling/groups_drawn` in the run's
+`--max-rounds` rounds: every group drawn counts (`sampling/rollouts_total` in the run's
 metrics), kept or not, times `--generations`. Without it a step draws exactly `--prompts`
-groups, so the count is steps × prompts × generations.
+groups, so the count is steps × prompts × generations. Both strategies get the same budget,
+`--max-rollouts` completions (`trainer.max_rollouts`), not the same number of steps: a strategy
+whose steps cost fewer rollouts takes more steps within it.
 
 For every seed both strategies start from the same warm-started policy; held-out accuracy is
 measured every `--eval-every` steps, and the first evaluation at which it has risen `--gain`
 above the warm-start's accuracy gives the rollouts generated up to and including that step. The
 target is relative because the warm-start's accuracy differs by seed. One seed's crossing point
-is noisy (its curve moves by a few points between evaluations), so the seeds are also averaged:
-each strategy's mean accuracy and mean rollouts at every evaluated step, and the rollouts at
-which that mean curve first reaches the mean warm-start accuracy + `--gain`.
+is noisy (its curve moves by a few points between evaluations), so the seeds are also averaged
+along the rollouts axis: at every rollout count where some seed was evaluated, the mean over
+seeds of each one's latest accuracy so far; the target is the mean warm-start accuracy +
+`--gain`.
 
     PYTHONPATH=src python bench/sample_efficiency.py --jobs 5 --threads 1
 """
@@ -95,6 +98,7 @@ def bench_config(
             "sft": {"steps": args.sft_steps, "batch_size": 64, "learning_rate": 2e-3},
             "trainer": {
                 "max_steps": args.max_steps,
+                "max_rollouts": args.max_rollouts,
                 "prompts_per_step": args.prompts,
                 "num_generations": args.generations,
                 "learning_rate": args.lr,
@@ -121,11 +125,10 @@ def run(seed: int, strategy: str, warm: Path, work: Path, args: argparse.Namespa
     summary = GRPOTrainer(config, run_dir).train()
     rows = run_dir.read_jsonl(run_dir.metrics_path)
     # Every group generated, kept or not: the cumulative rollouts after each step.
-    spent, total = {0: 0}, 0
-    for r in rows:
-        if "sampling/groups_drawn" in r:
-            total += int(r["sampling/groups_drawn"]) * args.generations
-            spent[r["step"]] = total
+    spent = {0: 0} | {
+        r["step"]: int(r["sampling/rollouts_total"]) for r in rows if "sampling/rollouts_total" in r
+    }
+    total = summary["rollouts"]
     evals = {r["step"]: r["eval/accuracy"] for r in rows if "eval/accuracy" in r}
     later = sorted((step, acc, spent[step]) for step, acc in evals.items() if step > 0)
     # (step, held-out accuracy, rollouts generated so far) at every evaluation
@@ -183,27 +186,21 @@ def ratio_cell(results: dict[str, dict], gain: float) -> tuple[str, float | None
 
 
 def seed_mean(runs: list[dict]) -> dict:
-    """One strategy's runs averaged over seeds: accuracy and rollouts at every evaluated step.
+    """One strategy's runs averaged over seeds along the rollouts axis.
 
-    Every run evaluates at the same steps, so the mean curve is taken point by point; its
-    first point is the mean warm-start accuracy, which the target is relative to.
+    Runs with a rollout budget stop at different steps, so curves are aligned by rollouts: at
+    every rollout count where some run was evaluated (up to the smallest total, where every
+    run is still defined), each run contributes its latest accuracy so far, never a value it
+    has not measured yet. Points are (None, mean accuracy, rollouts); the first is the mean
+    warm-start accuracy at 0 rollouts, which the target is relative to.
     """
-    curves = [r["curve"] for r in runs]
-    steps = [point[0] for point in curves[0]]
-    if any([point[0] for point in c] != steps for c in curves):
-        raise ValueError("runs evaluated at different steps cannot be averaged")
-    curve = [
-        (
-            step,
-            statistics.fmean(c[k][1] for c in curves),
-            round(statistics.fmean(c[k][2] for c in curves)),
-        )
-        for k, step in enumerate(steps)
-    ]
-    return {
-        "curve": curve,
-        "rollouts_total": round(statistics.fmean(r["rollouts_total"] for r in runs)),
-    }
+    end = min(r["rollouts_total"] for r in runs)
+    grid = sorted({point[2] for r in runs for point in r["curve"] if point[2] <= end})
+    curve = []
+    for spent in grid:
+        latest = [[p[1] for p in r["curve"] if p[2] <= spent][-1] for r in runs]
+        curve.append((None if spent else 0, statistics.fmean(latest), spent))
+    return {"curve": curve, "rollouts_total": end}
 
 
 def warm_start(seed: int, work: Path, args: argparse.Namespace) -> tuple[Path, dict]:
@@ -272,7 +269,7 @@ def describe(args: argparse.Namespace) -> str:
         f"{envs}; warm-start {args.sft_steps} steps on {warm}, {levels}; "
         f"GRPO train items {train}, validation {args.validation_size} per environment; "
         f"{args.prompts} prompts x {args.generations} per step at temperature "
-        f"{args.temperature}, {sampling}; {args.max_steps} steps, lr {args.lr}, "
+        f"{args.temperature}, {sampling}; {args.max_rollouts:,} rollouts (at most {args.max_steps} steps), lr {args.lr}, "
         f"eval every {args.eval_every}; target warm-start + {args.gain}"
     )
 
@@ -299,7 +296,12 @@ def main() -> None:
     parser.add_argument("--generations", type=int, default=8)
     parser.add_argument("--dynamic-sampling", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--max-rounds", type=int, default=6)
-    parser.add_argument("--max-steps", type=int, default=100)
+    parser.add_argument(
+        "--max-rollouts", type=int, default=200_000, help="each run's budget in completions"
+    )
+    parser.add_argument(
+        "--max-steps", type=int, default=400, help="a cap; the rollout budget ends a run first"
+    )
     parser.add_argument("--eval-every", type=int, default=5)
     parser.add_argument("--gain", type=float, default=0.05, help="accuracy above the warm-start")
     parser.add_argument("--lr", type=float, default=3e-4)
@@ -377,10 +379,12 @@ def main() -> None:
         )
     means = {s: seed_mean([row[s] for row in by_seed.values()]) for s in STRATEGIES}
     hit = {s: first_reaching(means[s]["curve"], args.gain) for s in STRATEGIES}
-    print(f"\nmean over the {len(by_seed)} seeds (accuracy and rollouts at every evaluated step):")
+    print(
+        f"\nmean over the {len(by_seed)} seeds (latest accuracy of each, along the rollouts axis):"
+    )
     print(f"  warm-start accuracy {means['uniform']['curve'][0][1]:.3f}")
     for s in STRATEGIES:
-        reached = "not reached" if hit[s] is None else f"{hit[s][2]:,} (step {hit[s][0]})"
+        reached = "not reached" if hit[s] is None else f"{hit[s][2]:,}"
         print(f"  {s}: rollouts to target {reached}")
     print(f"  frontier / uniform: {ratio_cell(means, args.gain)[0]}")
     print("\nthe same ratios for other targets (warm-start + gain): per seed | seed mean")

@@ -96,6 +96,7 @@ def test_resume_ends_with_the_same_weights_as_an_uninterrupted_run(tmp_path):
     ]
     assert steps == [1, 2, 3, 4]
     assert straight.sampler.state_dict() == resumed.sampler.state_dict()
+    assert straight.rollouts_generated == resumed.rollouts_generated > 0
     # the curriculum saw every group of the four steps
     assert resumed.sampler.curricula["digits"].metrics_dict()["curriculum/total_updates"] == 16
 
@@ -150,6 +151,27 @@ def test_dynamic_sampling_keeps_drawing_until_groups_have_spread(tmp_path):
         assert r["sampling/groups_drawn"] >= 4
         # a batch never grows beyond prompts_per_step groups
         assert r["groups/trained"] + r["groups/filtered"] == 4
+
+
+def test_max_rollouts_stops_once_the_completions_budget_is_spent(tmp_path):
+    cfg = small_config(
+        tmp_path,
+        "trainer.dynamic_sampling=true",
+        "trainer.max_sampling_rounds=3",
+        "trainer.max_steps=50",
+        "trainer.max_rollouts=60",
+    )
+    trainer = GRPOTrainer(cfg, RunDir(tmp_path / "run"))
+    summary = trainer.train()
+    rows = [r for r in trainer.run.read_jsonl(trainer.run.metrics_path) if "reward/mean" in r]
+    # every group drawn counts, kept or filtered: 4 completions each
+    drawn = [int(r["sampling/groups_drawn"]) * 4 for r in rows]
+    totals = [r["sampling/rollouts_total"] for r in rows]
+    assert totals == [sum(drawn[: k + 1]) for k in range(len(drawn))]
+    # the run stops at the first step that reaches the budget, long before max_steps
+    assert totals[-1] >= 60 and all(t < 60 for t in totals[:-1])
+    assert summary["steps"] == len(rows) < 50
+    assert summary["rollouts"] == totals[-1]
 
 
 def test_user_model_directory_and_dataset_environment(tmp_path, small_policy):

@@ -89,6 +89,8 @@ class TrainerConfig(Strict):
     """The GRPO loop (names and defaults as in TRL's GRPOConfig where the meaning is the same)."""
 
     max_steps: int = Field(100, ge=0)
+    # a budget in completions generated (every group drawn counts): stop at whichever first
+    max_rollouts: int | None = Field(None, ge=1)
     prompts_per_step: int = Field(8, ge=1)
     num_generations: int = Field(8, ge=2)
     learning_rate: float = Field(1e-6, gt=0)

@@ -91,6 +91,7 @@ class GRPOTrainer:
             for name in self.envs
         }
         self.step = 0
+        self.rollouts_generated = 0  # completions generated so far, filtered or not
         self.initial_eval: dict[str, float] = {}
         self.warmstart: dict[str, float] = {}
         self.policy: Policy | None = None
@@ -172,6 +173,7 @@ class GRPOTrainer:
         )
         if state is not None:
             self.step = state["step"]
+            self.rollouts_generated = state.get("rollouts_generated", 0)
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
             self.sampler.load_state_dict(state["sampler"])
@@ -202,6 +204,7 @@ class GRPOTrainer:
     def state_dict(self) -> dict[str, Any]:
         return {
             "step": self.step,
+            "rollouts_generated": self.rollouts_generated,
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "sampler": self.sampler.state_dict(),
@@ -241,6 +244,11 @@ class GRPOTrainer:
         self.sampler.observe([r.group for r in rolled])
         return rolled
 
+    def budget_spent(self) -> bool:
+        """Whether `trainer.max_rollouts` completions have been generated (never, without one)."""
+        limit = self.cfg.max_rollouts
+        return limit is not None and self.rollouts_generated >= limit
+
     def collect(self) -> tuple[list[RolledGroup], dict[str, float]]:
         """One step's groups; with dynamic sampling, draw more until enough have spread."""
         want = self.cfg.prompts_per_step
@@ -272,6 +280,8 @@ class GRPOTrainer:
     def train_step(self) -> dict[str, float]:
         started = time.perf_counter()
         rolled, metrics = self.collect()
+        self.rollouts_generated += int(metrics["sampling/groups_drawn"]) * self.cfg.num_generations
+        metrics["sampling/rollouts_total"] = float(self.rollouts_generated)
         rollout_time = time.perf_counter() - started
         groups = [r.group for r in rolled]
         # Each group brings its own shard of reward statistics; merging them in item order
@@ -378,7 +388,7 @@ class GRPOTrainer:
         ckpt_every = self.config.checkpoint.every
         try:
             with self.reporter.task("GRPO", self.cfg.max_steps, start=self.step) as advance:
-                while self.step < self.cfg.max_steps:
+                while self.step < self.cfg.max_steps and not self.budget_spent():
                     metrics = self.train_step()
                     if self.config.eval.every and self.step % self.config.eval.every == 0:
                         ev = self._evaluate()
@@ -423,6 +433,7 @@ class GRPOTrainer:
         head, tail = _head_tail(rows, "reward/mean")
         return {
             "steps": self.step,
+            "rollouts": self.rollouts_generated,
             "initial_eval": self.initial_eval,
             "final_eval": final_eval,
             "accuracy_gain": final_eval["accuracy"] - self.initial_eval.get("accuracy", 0.0),
