@@ -203,6 +203,34 @@ def seed_mean(runs: list[dict]) -> dict:
     return {"curve": curve, "rollouts_total": end}
 
 
+def plot_curves(
+    by_seed: dict[int, dict[str, dict]], means: dict[str, dict], gain: float, out: Path
+) -> None:
+    """Held-out accuracy against rollouts generated: every seed thin, the seed mean thick."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {"uniform": "#6a51a3", "frontier": "#d94801"}
+    fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=110)
+    for strategy, colour in colours.items():
+        for row in by_seed.values():
+            _, accuracy, spent = zip(*row[strategy]["curve"], strict=True)
+            ax.plot(spent, accuracy, color=colour, linewidth=0.8, alpha=0.35)
+        _, accuracy, spent = zip(*means[strategy]["curve"], strict=True)
+        ax.step(spent, accuracy, where="post", color=colour, linewidth=2.2, label=strategy)
+    target = means["uniform"]["curve"][0][1] + gain
+    ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"warm-start + {gain:g}")
+    ax.set_xlabel("rollouts generated (completions, kept or filtered)")
+    ax.set_ylabel("held-out accuracy")
+    ax.set_title(f"frontier against uniform: {len(by_seed)} seeds (thin) and their mean (thick)")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+
+
 def warm_start(seed: int, work: Path, args: argparse.Namespace) -> tuple[Path, dict]:
     """One supervised warm-start per seed, shared by both strategies.
 
@@ -322,11 +350,21 @@ def main() -> None:
         "--jobs", type=int, default=1, help="seeds run at once, each in its own process"
     )
     parser.add_argument("--out", type=Path, help="also write the results as JSON")
+    parser.add_argument(
+        "--results", type=Path, help="report a JSON written by --out again instead of running"
+    )
+    parser.add_argument("--plot", type=Path, help="draw accuracy against rollouts to this PNG")
     parser.add_argument("--work", type=Path, help="keep the run directories here")
     args = parser.parse_args()
     if not args.env:
         args.env = [env_spec("sort:2-20:1")]
 
+    if args.results:  # report a saved run again (another --gain, a plot) without running it
+        saved = json.loads(args.results.read_text())
+        keep = {"gain": args.gain, "plot": args.plot}
+        args = argparse.Namespace(**(saved["setting"] | keep))
+        report(args, saved["results"])
+        return
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
@@ -345,9 +383,14 @@ def main() -> None:
         args.out.write_text(
             json.dumps({"setting": setting, "results": results}, indent=2, default=str)
         )
+    report(args, results)
+    print(f"elapsed: {time.perf_counter() - started:.0f} s")
+
+
+def report(args: argparse.Namespace, results: list[dict]) -> None:
+    """The per-seed table, the seed mean, other targets, and the plot if asked for."""
     print(f"\nsetting: {describe(args)}")
     if len(args.strategies) < len(STRATEGIES):
-        print(f"elapsed: {time.perf_counter() - started:.0f} s")
         return
     by_seed = {
         seed: {r["strategy"]: r for r in results if r["seed"] == seed} for seed in args.seeds
@@ -391,7 +434,9 @@ def main() -> None:
     for gain in (0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08):
         cells = [ratio_cell(row, gain)[0] for row in by_seed.values()]
         print(f"  +{gain:.2f}: " + ", ".join(cells) + f" | {ratio_cell(means, gain)[0]}")
-    print(f"elapsed: {time.perf_counter() - started:.0f} s")
+    if args.plot:
+        plot_curves(by_seed, means, args.gain, args.plot)
+        print(f"plot: {args.plot}")
 
 
 if __name__ == "__main__":
