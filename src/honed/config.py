@@ -89,7 +89,8 @@ class TrainerConfig(Strict):
     """The GRPO loop (names and defaults as in TRL's GRPOConfig where the meaning is the same)."""
 
     max_steps: int = Field(100, ge=0)
-    # a budget in completions generated (every group drawn counts): stop at whichever first
+    # a budget in completions generated (every group drawn counts); with max_steps, the first
+    # one reached ends the run
     max_rollouts: int | None = Field(None, ge=1)
     prompts_per_step: int = Field(8, ge=1)
     num_generations: int = Field(8, ge=2)
