@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 import torch
+from numerics import assert_logprobs_close
 from tiny_run import small_config, spread_env_data
 
 from honed.config import TrainerConfig
@@ -49,8 +50,10 @@ def test_items_sharded_over_two_workers_give_the_in_process_groups(tmp_path, sma
     for (g, stats), (h, other) in zip(whole, pieces, strict=True):
         assert (g.env, g.item_key) == (h.env, h.item_key)
         for a, b in zip(g.trajectories, h.trajectories, strict=True):
+            # the same tokens (each row's randomness is its own seed's) ...
             assert a.segments[0].completion_ids == b.segments[0].completion_ids
-            assert a.segments[0].logprobs == b.segments[0].logprobs
+            # ... scored in a batch of 24 and in two of 12: equal up to the kernels' rounding
+            assert_logprobs_close(a.segments[0].logprobs, b.segments[0].logprobs)
             assert a.reward == b.reward
         assert stats.state_dict() == other.state_dict()
 

@@ -2,9 +2,11 @@
 
 Every rollout is seeded from (run seed, step, round, item key, generation index) and workers
 load the learner's weights before each step, so a Ray run must end with exactly the weights of
-the in-process run of the same config: synchronously, after losing a worker mid-run, and
-asynchronously (actors run their calls in order, so a request submitted k steps ahead runs on
-the same weights version in both backends).
+the in-process run of the same config, synchronously and after losing a worker mid-run (the
+learner trains on the same tokens with the same shapes). Asynchronously (actors run their calls
+in order, so a request submitted k steps ahead runs on the same weights version in both
+backends) the off-policy weights use the workers' behaviour log-probs, computed in batches of
+another shape, so the weights agree up to rounding (`numerics.py`).
 
 Ray comes with the `dev` extra, so `make test` runs these; `make test` sets HONED_REQUIRE_RAY so
 that a missing Ray fails there instead of skipping.
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from numerics import assert_weights_close
 from scaleout_helpers import PolicyServer, scaleout_data
 from tiny_run import small_config
 
@@ -102,7 +105,9 @@ def test_asynchronous_ray_run_matches_the_in_process_lagged_run(cluster, tmp_pat
     rows = _rows(run)
     assert [r["async/staleness_max"] for r in rows] == [0.0, 1.0, 1.0]
     assert rows[-1]["is/off_policy_frac"] == 1.0 and 0 <= rows[-1]["is/capped_frac"] <= 1
-    assert _same_weights(run, local)
+    # Off-policy tokens are weighted by pi_old / mu, and mu comes from the workers' batches of
+    # half the items: not the in-process batch's shape, so its last bits differ on some CPUs.
+    assert_weights_close(run.policy.model.state_dict(), local.policy.model.state_dict())
 
 
 def test_an_error_in_a_worker_reaches_the_learner_as_its_message(cluster, tmp_path):

@@ -123,14 +123,14 @@ def test_clipping_by_hand_with_positive_and_negative_advantages():
     assert grad[1, 2] == pytest.approx(1.0 * 1.5)  # A < 0 above 1+ε is never clipped
 
 
-def test_k1_and_k3_are_zero_when_the_policy_is_the_reference():
+def test_kl_estimators_are_zero_when_the_policy_is_the_reference():
     logp = torch.log(torch.tensor([[0.1, 0.7, 0.2]]))
-    for est in ("k1", "k3"):
+    for est in ("k1", "k2", "k3"):
         assert torch.equal(kl_penalty(logp, logp.clone(), est), torch.zeros_like(logp))
     other = logp + torch.tensor([[0.3, -0.2, 0.1]])
-    assert (kl_penalty(other, logp, "k3") > 0).all()
-    with pytest.raises(ValueError, match="k1 or k3"):
-        kl_penalty(logp, logp, "k2")
+    assert (kl_penalty(other, logp, "k2") > 0).all() and (kl_penalty(other, logp, "k3") > 0).all()
+    with pytest.raises(ValueError, match="k1, k2, k3"):
+        kl_penalty(logp, logp, "k4")
 
 
 # ----------------------------------------------------------------------------- normalisation

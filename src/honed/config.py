@@ -9,6 +9,8 @@ and so do their defaults, so a TRL user's settings carry over.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -111,9 +113,14 @@ class TrainerConfig(Strict):
     epsilon: float = Field(0.2, ge=0)
     epsilon_high: float | None = None
     beta: float = Field(0.0, ge=0)
-    kl_estimator: Literal["k1", "k3"] = "k3"
+    # the KL term of the loss (docs/kl.md: k2's gradient is that of KL(pi || ref), k3's that of
+    # KL(ref || pi), k1's is zero); kl_in_reward moves the KL into the rewards as beta * k1
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_in_reward: bool = False
     num_iterations: int = Field(1, ge=1)
     micro_batch_size: int | None = Field(None, ge=1)
+    # zero the model's dropout for the whole run, so the update scores what pi_old scored
+    disable_dropout: bool = False
     # zero-spread groups and dynamic sampling
     filter_zero_std: bool = True
     zero_std_tolerance: float = Field(1e-6, ge=0)
@@ -127,6 +134,14 @@ class TrainerConfig(Strict):
     @property
     def clip_high(self) -> float:
         return self.epsilon if self.epsilon_high is None else self.epsilon_high
+
+    @model_validator(mode="after")
+    def _kl(self) -> TrainerConfig:
+        if self.kl_in_reward and self.beta == 0:
+            raise ValueError(
+                "kl_in_reward: true needs beta > 0 (beta weighs the KL penalty in the reward)"
+            )
+        return self
 
 
 class SFTConfig(Strict):
@@ -400,6 +415,41 @@ def load_model(
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
     """Read a GRPO config (or start from defaults when `path` is None) and apply overrides."""
     return load_model(Config, path, overrides)
+
+
+def config_changes(
+    before: Mapping[str, Any], after: Mapping[str, Any], prefix: str = ""
+) -> list[tuple[str, Any, Any]]:
+    """The settings that differ between two resolved configs: (dotted key, before, after).
+
+    Sections are compared key by key and lists item by item (`envs.0.weight`); a list whose
+    length changed is one change of the whole list. Used on `--resume`, where the checkpoint
+    supplies the state and the config in force the settings, to say what changed.
+    """
+    changes: list[tuple[str, Any, Any]] = []
+    for key in [*before, *(k for k in after if k not in before)]:
+        name = f"{prefix}{key}"
+        old, new = before.get(key), after.get(key)
+        if isinstance(old, Mapping) and isinstance(new, Mapping):
+            changes += config_changes(old, new, f"{name}.")
+        elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+            for i, (a, b) in enumerate(zip(old, new, strict=True)):
+                if isinstance(a, Mapping) and isinstance(b, Mapping):
+                    changes += config_changes(a, b, f"{name}.{i}.")
+                elif a != b:
+                    changes.append((f"{name}.{i}", a, b))
+        elif old != new:
+            changes.append((name, old, new))
+    return changes
+
+
+def format_change(key: str, before: Any, after: Any) -> str:
+    """One line per changed setting, as a resumed run prints it: `trainer.max_steps: 4 -> 8`."""
+
+    def show(value: Any) -> str:
+        return value if isinstance(value, str) else json.dumps(value)
+
+    return f"{key}: {show(before)} -> {show(after)}"
 
 
 def dump_config(config: BaseModel) -> str:

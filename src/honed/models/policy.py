@@ -154,6 +154,7 @@ class Policy:
             tokenizer = AutoTokenizer.from_pretrained(path)
         except (OSError, ValueError) as exc:
             raise HonedError(f"could not load the model at '{path}': {exc}") from exc
+        _own_storage(model)
         return cls(model, tokenizer, chat_template=chat_template)
 
     def save(self, path: str | Path) -> None:
@@ -306,6 +307,25 @@ class Policy:
         self, batch: TokenBatch, temperature: float = 1.0, with_entropy: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         return completion_logprobs(self.model, batch, temperature, with_entropy)
+
+
+def _own_storage(model: torch.nn.Module) -> None:
+    """Copy every parameter and buffer into memory of its own, allocated by torch.
+
+    Weights read from safetensors sit inside the file's buffer at offsets that are not aligned
+    as torch's allocator aligns new tensors, and CPU kernels choose their vectorised paths by
+    alignment: the same matmul on a loaded and on a freshly built parameter can round
+    differently. After this copy a loaded model computes exactly what the model that was saved
+    computed, which is what makes `--resume` bit-identical to an uninterrupted run. Tied
+    weights stay tied: a shared parameter object is copied once.
+    """
+    with torch.no_grad():
+        for param in model.parameters():
+            param.data = param.data.clone(memory_format=torch.contiguous_format)
+        for module in model.modules():
+            for name, buffer in module._buffers.items():
+                if buffer is not None:
+                    module._buffers[name] = buffer.clone(memory_format=torch.contiguous_format)
 
 
 def completion_logprobs(

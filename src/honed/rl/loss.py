@@ -58,19 +58,46 @@ def token_weights(
     return weights
 
 
-def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
-    """Per-token estimate of KL(π_θ ‖ π_ref) from samples of π_θ.
+KL_ESTIMATORS = ("k1", "k2", "k3")
 
-    k1 = log π_θ − log π_ref (unbiased, can be negative); k3 = e^Δ − Δ − 1 with Δ = log π_ref −
-    log π_θ (unbiased, never negative, lower variance; Schulman 2020). Both are zero when the
-    policy equals the reference.
+
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token KL term of the loss, from tokens sampled by π_θ (see `docs/kl.md`).
+
+    With r = log π_θ − log π_ref on a sampled token, the three estimators of Schulman (2020) and
+    the gradients they give in expectation over π_θ (the sampling itself is not differentiated):
+
+    - k1 = r: an unbiased *value* of KL(π_θ ‖ π_ref), but its expected gradient is
+      E[∇ log π_θ] = 0: in the loss it adds noise and no regularisation. Put it in the reward
+      instead (`kl_in_reward`, `kl_reward_penalty`).
+    - k2 = r² / 2: expected gradient E[r ∇ log π_θ] = ∇ KL(π_θ ‖ π_ref).
+    - k3 = e^(−r) + r − 1: never negative, low variance; expected gradient
+      E[(1 − π_ref/π_θ) ∇ log π_θ] = ∇ KL(π_ref ‖ π_θ), the *reverse* divergence.
+
+    All three are zero where the policy equals the reference.
     """
     if estimator == "k1":
         return logp - ref_logp
+    if estimator == "k2":
+        return 0.5 * (logp - ref_logp) ** 2
     if estimator == "k3":
         delta = ref_logp - logp
         return torch.exp(delta) - delta - 1
-    raise ValueError(f"kl_estimator must be k1 or k3, not {estimator!r}")
+    raise ValueError(f"kl_estimator must be one of {', '.join(KL_ESTIMATORS)}, not {estimator!r}")
+
+
+def kl_reward_penalty(
+    logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, beta: float
+) -> torch.Tensor:
+    """β · Σ_t (log π − log π_ref) over each row's trained tokens ([B, C] -> [B]), detached.
+
+    The PPO-RLHF KL penalty: each token's reward is lowered by β·k1 and, with outcome rewards,
+    no discount and no critic, a sequence's return is its reward minus this sum; GRPO gives the
+    whole sequence that one value before the group baseline. In expectation the policy gradient
+    of the penalised reward is −β ∇ KL(π ‖ π_ref): the score-function term that k1 lacks as a
+    loss.
+    """
+    return beta * ((logp - ref_logp).detach() * mask).sum(-1)
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """Learning-rate schedules with warm-up, as `torch.optim.lr_scheduler.LambdaLR` multipliers.
 
-The multiplier is a small picklable object rather than a lambda, so the scheduler's state and a
-rebuilt scheduler agree after resume.
+A schedule is a setting, not state: on resume it is rebuilt from the config in force and
+positioned at the restored step (`build_lr_scheduler(..., start_step=n)`), so that a run
+resumed with another `learning_rate`, `lr_scheduler_type`, `warmup_steps` or `max_steps` uses
+at every later step exactly the learning rate a run started with that config would use.
 """
 
 from __future__ import annotations
@@ -31,9 +33,33 @@ class WarmupDecay:
 
 
 def build_lr_scheduler(
-    optimizer: torch.optim.Optimizer, kind: str, warmup: int, total: int
+    optimizer: torch.optim.Optimizer, kind: str, warmup: int, total: int, start_step: int = 0
 ) -> torch.optim.lr_scheduler.LambdaLR:
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupDecay(kind, warmup, total))
+    """The schedule over `total` steps, positioned after `start_step` optimizer steps.
+
+    Each parameter group's peak learning rate is its `lr` at this call (after a resume, the
+    config's: see `apply_optimizer_settings`), and its `lr` is set to the schedule's value at
+    `start_step`, which is the learning rate of the next optimizer step.
+    """
+    for group in optimizer.param_groups:
+        group["initial_lr"] = group["lr"]
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, WarmupDecay(kind, warmup, total), last_epoch=start_step - 1
+    )
+
+
+def apply_optimizer_settings(
+    optimizer: torch.optim.Optimizer, lr: float, weight_decay: float, betas: tuple[float, float]
+) -> None:
+    """Put the config's settings into every parameter group of a restored optimizer.
+
+    `Optimizer.load_state_dict` restores the groups' hyperparameters with the moments; on
+    resume the moments are state but the learning rate, weight decay and betas are settings.
+    """
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+        group["weight_decay"] = weight_decay
+        group["betas"] = betas
 
 
 def build_optimizer(

@@ -22,17 +22,20 @@ from typing import Any
 
 import numpy as np
 import torch
+import yaml
 
-from honed.config import Config, dump_config
+from honed.config import Config, config_changes, dump_config, format_change
 from honed.distributed import RolledGroup, RolloutPipeline, RolloutRequest, build_backend
 from honed.envs.base import Environment
 from honed.envs.registry import build_envs as build_config_envs
+from honed.errors import HonedError
+from honed.models.dropout import disable_dropout
 from honed.models.policy import Policy
 from honed.rewards import RewardNormalizer
 from honed.rl.evaluate import evaluate
-from honed.rl.schedule import build_lr_scheduler, build_optimizer
+from honed.rl.schedule import apply_optimizer_settings, build_lr_scheduler, build_optimizer
 from honed.rl.sft import run_sft
-from honed.rl.update import PolicyUpdate, prepare, zero_spread
+from honed.rl.update import Penalties, PolicyUpdate, prepare, zero_spread
 from honed.runs.files import atomic_write_dir
 from honed.runs.plots import plot_rewards
 from honed.runs.progress import Reporter
@@ -40,6 +43,14 @@ from honed.runs.rundir import STATE_FILE, RunDir
 from honed.runs.sinks import Sinks
 from honed.sampling.sampler import Sampler
 from honed.types import Group, derive_seed
+
+# Settings a resumed run cannot take from a new config: the checkpoint's weights are those of
+# this model, trained after this warm-start.
+FIXED_ON_RESUME = ("policy.model", "policy.tiny", "sft.")
+# Settings baked into the requests an asynchronous run has already drawn for coming steps.
+FIXED_WHILE_QUEUED = ("trainer.prompts_per_step", "distributed.max_staleness")
+# Where the run is written is not a training setting.
+IGNORED_ON_RESUME = ("run_dir",)
 
 
 class TrainingInterrupted(Exception):
@@ -95,6 +106,7 @@ class GRPOTrainer:
         self.initial_eval: dict[str, float] = {}
         self.warmstart: dict[str, float] = {}
         self.policy: Policy | None = None
+        self.resume_changes: list[tuple[str, Any, Any]] = []
 
     # ------------------------------------------------------------------ set-up
 
@@ -154,28 +166,41 @@ class GRPOTrainer:
         latest = self.run.latest_checkpoint() if resume else None
         if resume and latest is None:
             self.reporter.note("no checkpoint to resume from: starting a new run")
-        self.run.write_config(dump_config(self.config))
+        state = None
         if latest is not None:
             _step, path = latest
-            self.policy = self._load(path)
             state = torch.load(path / STATE_FILE, weights_only=False)
+            self.resume_changes = self._check_changes(state)
+        self.run.write_config(dump_config(self.config))
+        if state is not None:
+            self.policy = self._load(path)
         else:
             self.policy = self._warm_start()
-            state = None
+        if self.cfg.disable_dropout:
+            disable_dropout(self.policy.model)
+        if self.cfg.beta > 0 and not self.cfg.kl_in_reward and self.cfg.kl_estimator == "k1":
+            self.reporter.note(
+                "trainer.kl_estimator: k1 in the loss has zero expected gradient: it adds noise, "
+                "not regularisation; use k2 (gradient of KL(pi || ref)), k3 (of KL(ref || pi)) "
+                "or trainer.kl_in_reward: true (docs/kl.md)"
+            )
         self.optimizer = build_optimizer(
             self.policy.model.parameters(),
             self.cfg.learning_rate,
             self.cfg.weight_decay,
             (self.cfg.adam_beta1, self.cfg.adam_beta2),
         )
-        self.scheduler = build_lr_scheduler(
-            self.optimizer, self.cfg.lr_scheduler_type, self.cfg.warmup_steps, self.cfg.max_steps
-        )
         if state is not None:
             self.step = state["step"]
             self.rollouts_generated = state.get("rollouts_generated", 0)
             self.optimizer.load_state_dict(state["optimizer"])
-            self.scheduler.load_state_dict(state["scheduler"])
+            # the moments are state; the learning rate, betas and decay are the config's
+            apply_optimizer_settings(
+                self.optimizer,
+                self.cfg.learning_rate,
+                self.cfg.weight_decay,
+                (self.cfg.adam_beta1, self.cfg.adam_beta2),
+            )
             self.sampler.load_state_dict(state["sampler"])
             for name, normalizer in self.normalizers.items():
                 normalizer.load_state_dict(state["reward_norm"][name])
@@ -184,6 +209,15 @@ class GRPOTrainer:
             self.warmstart = state.get("warmstart", {})
             self.run.truncate_logs(self.step)
             self.reporter.note(f"resumed from {path} (step {self.step})")
+            for change in self.resume_changes:
+                self.reporter.note(format_change(*change))
+        self.scheduler = build_lr_scheduler(
+            self.optimizer,
+            self.cfg.lr_scheduler_type,
+            self.cfg.warmup_steps,
+            self.cfg.max_steps,
+            start_step=self.step,
+        )
         self.update = PolicyUpdate(
             self.policy,
             self.optimizer,
@@ -199,6 +233,35 @@ class GRPOTrainer:
         self.rollouts.sync_weights(self.policy, self.step)
         self.sinks = Sinks(self.run, self.config)
 
+    def _check_changes(self, state: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+        """The settings the config in force changes against the checkpoint's run.
+
+        The checkpoint supplies the state and the config the settings; a setting that cannot
+        apply to a run in progress stops the resume (exit code 2) before anything is written.
+        """
+        before = state.get("config")
+        if before is None and self.run.config_path.is_file():  # checkpoints before 0.1.1
+            before = yaml.safe_load(self.run.config_path.read_text())
+        if not isinstance(before, dict):
+            return []
+        after = self.config.model_dump(mode="json")
+        changes = [c for c in config_changes(before, after) if c[0] not in IGNORED_ON_RESUME]
+        queued = bool(state.get("rollout_queue"))
+        for key, old, new in changes:
+            reason = None
+            if key.startswith(FIXED_ON_RESUME):
+                reason = "the checkpoint holds the weights, optimizer and warm-start of the run"
+            elif key == "envs" or (key.startswith("envs.") and key.endswith((".name", ".type"))):
+                reason = "the checkpoint holds each environment's curriculum and statistics"
+            elif queued and key in FIXED_WHILE_QUEUED:
+                reason = "requests for the next steps were drawn with it and are in the checkpoint"
+            if reason:
+                raise HonedError(
+                    f"{key} cannot change when resuming ({format_change(key, old, new)}): "
+                    f"{reason}; start a new run (--overwrite or another --run-dir) instead"
+                )
+        return changes
+
     # ------------------------------------------------------------------ checkpoints
 
     def state_dict(self) -> dict[str, Any]:
@@ -213,6 +276,8 @@ class GRPOTrainer:
             "initial_eval": self.initial_eval,
             "warmstart": self.warmstart,
             "rollout_queue": self.pipeline.state_dict(),
+            # the settings this state was trained with, to say what a resume changes
+            "config": self.config.model_dump(mode="json"),
         }
 
     def save_checkpoint(self) -> Path:
@@ -236,12 +301,16 @@ class GRPOTrainer:
         return self.pipeline.request(step, round_index, items, seed)
 
     def rollout(self, round_index: int, count: int) -> list[RolledGroup]:
-        """A round of groups; every group drawn, kept or not, updates its item's curriculum."""
+        """A round of groups. Every group drawn, kept or not, updates its item's curriculum and
+        its environment's reward statistics (merged in item order, so the normaliser's state is
+        the same however the groups were spread over workers)."""
         if round_index == 0:
             rolled = self.pipeline.first_round(self.step, self.cfg.max_steps, count, self.draw)
         else:
             rolled = self.pipeline.now(self.draw(self.step, round_index, count))
         self.sampler.observe([r.group for r in rolled])
+        for r in rolled:
+            self.normalizers[r.group.env].observe(r.reward_stats)
         return rolled
 
     def budget_spent(self) -> bool:
@@ -249,56 +318,70 @@ class GRPOTrainer:
         limit = self.cfg.max_rollouts
         return limit is not None and self.rollouts_generated >= limit
 
-    def collect(self) -> tuple[list[RolledGroup], dict[str, float]]:
-        """One step's groups; with dynamic sampling, draw more until enough have spread."""
+    def collect(self) -> tuple[list[RolledGroup], list[Penalties | None], dict[str, float]]:
+        """One step's groups (and their KL reward penalties, with `kl_in_reward`); with dynamic
+        sampling, draw more until enough have spread.
+
+        Spread is judged on the signal the advantages will use: rewards mapped by the
+        normalisers as they stand after every group drawn so far, less the KL penalties. The
+        whole pool is judged again after each round, so the groups chosen are judged by the
+        very map `prepare` then applies.
+        """
         want = self.cfg.prompts_per_step
-        rolled = self.rollout(0, want)
-        sampled = len(rolled)
+        pool = self.rollout(0, want)
+        penalties = self._penalties(pool)
         rounds = 1
+        chosen = pool
         if self.cfg.dynamic_sampling:
-            useful = self._with_spread(rolled)
-            pool = rolled
+            useful = self._with_spread(pool, penalties)
             while len(useful) < want and rounds < self.cfg.max_sampling_rounds:
                 more = self.rollout(rounds, want - len(useful))
                 rounds += 1
-                sampled += len(more)
+                penalties += self._penalties(more)
                 pool = pool + more
-                useful += self._with_spread(more)
+                useful = self._with_spread(pool, penalties)
             # Batches stay the same size: the first `want` useful groups, topped up with
             # zero-spread ones (which the filter then drops) only when the cap was reached.
-            chosen = useful[:want]
-            if len(chosen) < want:
-                taken = {id(r) for r in chosen}
-                chosen += [r for r in pool if id(r) not in taken][: want - len(chosen)]
-            rolled = chosen
-        return rolled, {"sampling/rounds": float(rounds), "sampling/groups_drawn": float(sampled)}
+            picked = useful[:want]
+            if len(picked) < want:
+                taken = set(picked)
+                picked += [i for i in range(len(pool)) if i not in taken][: want - len(picked)]
+            chosen = [pool[i] for i in picked]
+            penalties = [penalties[i] for i in picked]
+        metrics = {"sampling/rounds": float(rounds), "sampling/groups_drawn": float(len(pool))}
+        return chosen, penalties, metrics
 
-    def _with_spread(self, rolled: list[RolledGroup]) -> list[RolledGroup]:
-        spread = zero_spread([r.group for r in rolled], self.cfg)
-        return [r for r, z in zip(rolled, spread, strict=True) if not z]
+    def _penalties(self, rolled: list[RolledGroup]) -> list[Penalties | None]:
+        """The KL reward penalties of each group (`kl_in_reward`), else none."""
+        if not self.cfg.kl_in_reward:
+            return [None] * len(rolled)
+        return self.update.reward_penalties([r.group for r in rolled])
+
+    def _with_spread(self, pool: list[RolledGroup], penalties: list[Penalties | None]) -> list[int]:
+        """Indices of the groups of `pool` whose signal has spread."""
+        groups = [r.group for r in pool]
+        spread = zero_spread(groups, self.cfg, self.normalize, penalties)
+        return [i for i, zero in enumerate(spread) if not zero]
 
     def train_step(self) -> dict[str, float]:
         started = time.perf_counter()
-        rolled, metrics = self.collect()
+        rolled, penalties, metrics = self.collect()
         self.rollouts_generated += int(metrics["sampling/groups_drawn"]) * self.cfg.num_generations
         metrics["sampling/rollouts_total"] = float(self.rollouts_generated)
         rollout_time = time.perf_counter() - started
         groups = [r.group for r in rolled]
-        # Each group brings its own shard of reward statistics; merging them in item order
-        # before mapping any reward gives the same normaliser state however the groups were
-        # spread over workers, and one map for the whole step.
-        for r in rolled:
-            self.normalizers[r.group.env].observe(r.reward_stats)
         # tokens from older weights, or from another engine, are importance-weighted
         staleness = [self.step - r.version for r in rolled]
         off_policy = [lag > 0 or not r.exact for r, lag in zip(rolled, staleness, strict=True)]
-        prepared = prepare(groups, self.cfg, self.normalize, off_policy)
+        prepared = prepare(groups, self.cfg, self.normalize, off_policy, penalties)
         metrics.update(prepared.metrics)
         update_started = time.perf_counter()
         if prepared.sequences:
             metrics.update(self.update.step(prepared.sequences))
         else:
             metrics.update(self.update.skip())
+        if self.cfg.kl_in_reward:
+            metrics.update(_reward_kl(groups, penalties, self.cfg.beta))
         self.step += 1
         self.rollouts.sync_weights(self.policy, self.step)
         elapsed = time.perf_counter() - started
@@ -386,13 +469,15 @@ class GRPOTrainer:
                 self.initial_eval = self._evaluate()
             self.sinks.log(0, {f"eval/{k}": v for k, v in self.initial_eval.items()})
         ckpt_every = self.config.checkpoint.every
+        final_eval = self._logged_eval()
         try:
             with self.reporter.task("GRPO", self.cfg.max_steps, start=self.step) as advance:
                 while self.step < self.cfg.max_steps and not self.budget_spent():
                     metrics = self.train_step()
+                    final_eval = None
                     if self.config.eval.every and self.step % self.config.eval.every == 0:
-                        ev = self._evaluate()
-                        metrics.update({f"eval/{k}": v for k, v in ev.items()})
+                        final_eval = self._evaluate()
+                        metrics.update({f"eval/{k}": v for k, v in final_eval.items()})
                     self.sinks.log(self.step, metrics)
                     if ckpt_every and self.step % ckpt_every == 0:
                         self.save_checkpoint()
@@ -406,14 +491,31 @@ class GRPOTrainer:
             raise TrainingInterrupted(self.step, path) from None
         if not self.run.latest_checkpoint() or self.run.latest_checkpoint()[0] != self.step:
             self.save_checkpoint()
-        with self.reporter.status("final evaluation"):
-            final_eval = self._evaluate()
-        self.sinks.log(self.step, {f"eval/{k}": v for k, v in final_eval.items()})
+        if final_eval is None:
+            with self.reporter.status("final evaluation"):
+                final_eval = self._evaluate()
+            self.sinks.log(self.step, {f"eval/{k}": v for k, v in final_eval.items()})
+        else:
+            self.reporter.note(f"final evaluation: the one already logged at step {self.step}")
         self.sinks.close()
         summary = self.summary(final_eval, time.perf_counter() - started)
         self.run.write_summary(summary)
         plot_rewards(self.run.read_jsonl(self.run.metrics_path), self.run.path / "reward.png")
         return summary
+
+    def _logged_eval(self) -> dict[str, float] | None:
+        """The evaluation a resumed run already logged at its checkpoint's step, if any.
+
+        A run resumed after it finished, or at a step where it evaluated, reuses it as its
+        final evaluation instead of logging a second one (unless `eval.*` settings changed).
+        """
+        if self.step == 0 or any(key.startswith("eval.") for key, _, _ in self.resume_changes):
+            return None
+        found = None
+        for row in self.run.read_jsonl(self.run.metrics_path):
+            if row.get("step") == self.step and any(k.startswith("eval/") for k in row):
+                found = {k[len("eval/") :]: v for k, v in row.items() if k.startswith("eval/")}
+        return found
 
     def summary(self, final_eval: dict[str, float], seconds: float) -> dict[str, Any]:
         rows = self.run.read_jsonl(self.run.metrics_path)
@@ -445,6 +547,22 @@ class GRPOTrainer:
             "seconds": round(seconds, 1),
             "checkpoint": str(latest[1]) if latest else None,
         }
+
+
+def _reward_kl(
+    groups: list[Group], penalties: list[Penalties | None], beta: float
+) -> dict[str, float]:
+    """`kl`: the mean per-token log π_old − log π_ref of the step's groups (what `kl_in_reward`
+    subtracts, divided by β), and the mean penalty a sequence's reward lost."""
+    total = tokens = 0.0
+    count = 0
+    for group, penalty in zip(groups, penalties, strict=True):
+        for traj, row in zip(group.trajectories, penalty or [], strict=True):
+            for seg, value in zip(traj.segments, row, strict=True):
+                total += value
+                tokens += sum(seg.mask())
+                count += 1
+    return {"kl": total / beta / max(tokens, 1.0), "kl/reward_penalty_mean": total / max(count, 1)}
 
 
 def _head_tail(rows: list[dict[str, Any]], key: str) -> tuple[float | None, float | None]:

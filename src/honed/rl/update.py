@@ -4,11 +4,24 @@
 advantage), dropping zero-spread groups; `PolicyUpdate.step` runs `num_iterations` optimizer
 steps over them, in micro-batches whose losses sum exactly to the full-batch loss.
 
-A sequence is *off-policy* when the weights or the engine that sampled it are not the learner's
-current ones (asynchronous rollouts, inference servers). Its π_old is then the learner's own
-log-prob at the start of the step (the proximal policy), and its tokens are reweighted by the
-truncated importance weight min(π_old / μ, C) against the recorded behaviour log-probs μ
-(`rl/loss.py`). On-policy sequences take exactly the synchronous path.
+One reward signal: the rewards that advantages are computed from (`unit_signal`: the units'
+rewards, with the overlong penalty, mapped by the environment's normaliser, less the KL
+penalty when `kl_in_reward`) are also the ones that decide whether a group has any spread,
+both for dynamic sampling and for the zero-spread filter.
+
+One model for π_old: the ratio's denominator is always the learner's own log-prob at the start
+of the step (the proximal policy), scored on the very micro-batches the update scores, never
+the sampler's recorded log-probs, which come from other kernels (a KV-cached decoder, another
+precision, an inference server). With one iteration and no active dropout it is the first
+forward's values, so the ratio is exactly 1; with dropout active it is a separate pass with
+dropout off. A sequence is *off-policy* when the weights or the engine that sampled it are not
+the learner's current ones (asynchronous rollouts, inference servers); its tokens are also
+reweighted by the truncated importance weight min(π_old / μ, C) against the recorded behaviour
+log-probs μ (`rl/loss.py`).
+
+The update pass itself runs the model in training mode: dropout as the model's config sets it
+(0 in most LLM configs; `trainer.disable_dropout` zeroes it for the run). π_old, the
+reference and the KL reward penalty are scored with dropout off.
 """
 
 from __future__ import annotations
@@ -21,16 +34,22 @@ import torch
 from transformers import PreTrainedModel
 
 from honed.config import TrainerConfig
+from honed.models.dropout import dropout_active
 from honed.models.policy import Policy
-from honed.models.prefix import batch_logprobs, build_batch
+from honed.models.prefix import ScoreBatch, batch_logprobs, build_batch
 from honed.rl.advantages import compute_advantages, group_units
 from honed.rl.loss import (
     clipped_surrogate,
     kl_penalty,
+    kl_reward_penalty,
     token_weights,
     truncated_importance_weights,
 )
 from honed.types import Group
+
+# Per group, per trajectory, per segment: the KL penalty β·Σ k1 of that segment's tokens.
+Penalties = list[list[float]]
+Normalize = Callable[[str, list[float]], list[float]]
 
 
 @dataclass
@@ -78,26 +97,60 @@ def unit_rewards(group: Group, cfg: TrainerConfig) -> list[float]:
     return rewards
 
 
-def zero_spread(groups: list[Group], cfg: TrainerConfig) -> list[bool]:
-    """Whether each group's rewards are (nearly) all equal: zero advantage, nothing to learn."""
-    _, stds = compute_advantages([unit_rewards(g, cfg) for g in groups], "none")
+def unit_signal(
+    group: Group,
+    cfg: TrainerConfig,
+    normalize: Normalize | None = None,
+    penalty: Penalties | None = None,
+) -> list[float]:
+    """The rewards a group's advantages are computed from, one per unit.
+
+    Each unit's reward (with the soft overlong penalty), mapped by `normalize(env, rewards)`,
+    less the KL penalty of the unit's segments (`penalty[trajectory][segment]`) when given.
+    """
+    rewards = unit_rewards(group, cfg)
+    if normalize is not None:
+        rewards = normalize(group.env, rewards)
+    if penalty is not None:
+        members = group_units(group).members
+        rewards = [
+            r - sum(penalty[ti][si] for ti, si in unit)
+            for r, unit in zip(rewards, members, strict=True)
+        ]
+    return rewards
+
+
+def zero_spread(
+    groups: list[Group],
+    cfg: TrainerConfig,
+    normalize: Normalize | None = None,
+    penalties: Sequence[Penalties | None] | None = None,
+) -> list[bool]:
+    """Whether each group's signal is (nearly) all equal: zero advantage, nothing to learn.
+
+    Decided on exactly the values `prepare` computes advantages from, with the same test.
+    """
+    penalties = penalties or [None] * len(groups)
+    signals = [unit_signal(g, cfg, normalize, p) for g, p in zip(groups, penalties, strict=True)]
+    _, stds = compute_advantages(signals, "none")
     return [s < cfg.zero_std_tolerance for s in stds]
 
 
 def prepare(
     groups: list[Group],
     cfg: TrainerConfig,
-    normalize: Callable[[str, list[float]], list[float]] | None = None,
+    normalize: Normalize | None = None,
     off_policy: Sequence[bool] | None = None,
+    penalties: Sequence[Penalties | None] | None = None,
 ) -> Prepared:
     """Training sequences from groups; `normalize(env, rewards)` maps rewards before advantages;
     `off_policy` (one flag per group, default none) marks groups whose behaviour log-probs are
-    not the learner's current ones, to be importance-weighted."""
+    not the learner's current ones, to be importance-weighted; `penalties` (one per group) are
+    the KL reward penalties of `kl_in_reward`."""
     off_policy = off_policy or [False] * len(groups)
-    rewards = [unit_rewards(g, cfg) for g in groups]
-    if normalize is not None:
-        rewards = [normalize(g.env, r) for g, r in zip(groups, rewards, strict=True)]
-    advantages, stds = compute_advantages(rewards, cfg.scale_rewards)
+    penalties = penalties or [None] * len(groups)
+    signals = [unit_signal(g, cfg, normalize, p) for g, p in zip(groups, penalties, strict=True)]
+    advantages, stds = compute_advantages(signals, cfg.scale_rewards)
     zero = [s < cfg.zero_std_tolerance for s in stds]
     sequences: list[TrainSequence] = []
     kept: list[Group] = []
@@ -140,6 +193,15 @@ def _pad(rows: list[list[float]], width: int, dtype=torch.float32) -> torch.Tens
     return out
 
 
+@dataclass
+class _MicroBatch:
+    """What every iteration of a step reuses for one micro-batch: its batch, π_old, π_ref."""
+
+    batch: ScoreBatch
+    old: torch.Tensor
+    ref: torch.Tensor | None
+
+
 class PolicyUpdate:
     """The GRPO optimizer step: clipped surrogate (+ β·KL), global normaliser, micro-batches."""
 
@@ -161,9 +223,55 @@ class PolicyUpdate:
         self.reference = reference
         self.importance_sampling_cap = importance_sampling_cap
 
+    @property
+    def kl_in_loss(self) -> bool:
+        return self.cfg.beta > 0 and not self.cfg.kl_in_reward
+
     def micro_batches(self, n: int) -> list[list[int]]:
         size = self.cfg.micro_batch_size or max(1, n)
         return [list(range(s, min(n, s + size))) for s in range(0, n, size)]
+
+    def _score(self, model: torch.nn.Module, batch: ScoreBatch) -> torch.Tensor:
+        """Log-probs of a batch without gradient and with dropout off (π_old, π_ref)."""
+        training = model.training
+        model.eval()
+        try:
+            with torch.inference_mode():
+                logp, _ = batch_logprobs(model, batch, self.cfg.temperature)
+        finally:
+            model.train(training)
+        return logp.clone()
+
+    def reward_penalties(self, groups: list[Group]) -> list[Penalties]:
+        """The KL reward penalty β·Σ_t (log π_old − log π_ref) of every segment of `groups`.
+
+        π_old is the learner's policy now, before this step's update, scored by the learner
+        itself; the penalty is a fixed part of the reward, so no gradient flows through it.
+        """
+        cfg = self.cfg
+        segments = [
+            (gi, ti, si, seg)
+            for gi, g in enumerate(groups)
+            for ti, t in enumerate(g.trajectories)
+            for si, seg in enumerate(t.segments)
+        ]
+        out: list[Penalties] = [[[0.0] * len(t.segments) for t in g.trajectories] for g in groups]
+        scored = [x for x in segments if x[3].completion_ids]
+        for idx in self.micro_batches(len(scored)):
+            chunk = [scored[i][3] for i in idx]
+            batch = build_batch(
+                [s.prompt_ids for s in chunk],
+                [s.completion_ids for s in chunk],
+                [list(s.mask()) for s in chunk],
+                self.policy.pad_id,
+            )
+            logp = self._score(self.policy.model, batch)
+            ref = self._score(self.reference, batch)
+            penalty = kl_reward_penalty(logp, ref, batch.completion_mask.float(), cfg.beta)
+            for row, i in enumerate(idx):
+                gi, ti, si, _ = scored[i]
+                out[gi][ti][si] = float(penalty[row])
+        return out
 
     def step(self, sequences: list[TrainSequence]) -> dict[str, float]:
         """Run `num_iterations` optimizer steps on the sequences; the scheduler advances once."""
@@ -171,13 +279,11 @@ class PolicyUpdate:
         masks = [torch.as_tensor(s.mask, dtype=torch.float32) for s in sequences]
         weights = token_weights(masks, cfg.loss_type, cfg.max_completion_length)
         stats: dict[str, float] = {}
-        # π_old of off-policy sequences: the learner's log-probs in the first iteration, per
-        # micro-batch, reused by later iterations
-        proximal: dict[int, torch.Tensor] = {}
+        # per micro-batch: the batch, π_old (the learner at the start of the step) and π_ref,
+        # scored once in the first iteration and reused by later ones
+        cache: dict[int, _MicroBatch] = {}
         for iteration in range(cfg.num_iterations):
-            stats = self._one_step(
-                sequences, weights, on_policy=cfg.num_iterations == 1, proximal=proximal
-            )
+            stats = self._one_step(sequences, weights, cache)
             stats["iterations"] = float(iteration + 1)
         stats["learning_rate"] = self.optimizer.param_groups[0]["lr"]
         self.scheduler.step()
@@ -195,12 +301,30 @@ class PolicyUpdate:
         self.scheduler.step()
         return {"learning_rate": lr, "update/skipped": 1.0}
 
+    def _micro_batch(
+        self, mb: int, chunk: list[TrainSequence], cache: dict[int, _MicroBatch]
+    ) -> tuple[_MicroBatch | None, ScoreBatch]:
+        """The cached micro-batch, or (first iteration) its batch, with π_old scored now when
+        dropout would make the update's own forward differ from it."""
+        if mb in cache:
+            return cache[mb], cache[mb].batch
+        batch = build_batch(
+            [s.prompt_ids for s in chunk],
+            [s.completion_ids for s in chunk],
+            [s.mask for s in chunk],
+            self.policy.pad_id,
+        )
+        if dropout_active(self.policy.model):
+            ref = self._score(self.reference, batch) if self.kl_in_loss else None
+            cache[mb] = _MicroBatch(batch, self._score(self.policy.model, batch), ref)
+            return cache[mb], batch
+        return None, batch
+
     def _one_step(
         self,
         sequences: list[TrainSequence],
         weights: list[torch.Tensor],
-        on_policy: bool,
-        proximal: dict[int, torch.Tensor],
+        cache: dict[int, _MicroBatch],
     ) -> dict[str, float]:
         cfg = self.cfg
         model = self.policy.model
@@ -211,38 +335,27 @@ class PolicyUpdate:
         tokens = 0.0
         for mb, idx in enumerate(self.micro_batches(len(sequences))):
             chunk = [sequences[i] for i in idx]
-            batch = build_batch(
-                [s.prompt_ids for s in chunk],
-                [s.completion_ids for s in chunk],
-                [s.mask for s in chunk],
-                self.policy.pad_id,
-            )
+            state, batch = self._micro_batch(mb, chunk, cache)
             width = batch.completion_width
             logp, entropy = batch_logprobs(model, batch, cfg.temperature, with_entropy=True)
+            if state is None:
+                # no dropout: this first forward is π_old itself, so the ratio is exactly 1
+                ref = self._score(self.reference, batch) if self.kl_in_loss else None
+                state = cache[mb] = _MicroBatch(batch, logp.detach(), ref)
             behaviour = _pad([s.old_logprobs for s in chunk], width)
             off = torch.as_tensor([s.off_policy for s in chunk], dtype=torch.bool)[:, None]
-            if mb not in proximal:
-                proximal[mb] = logp.detach()
-            if on_policy:
-                # π_old is the policy at the start of the step, which is the current one: the
-                # ratio is exactly 1 in value and the gradient is the policy gradient.
-                old = logp.detach()
-            else:
-                old = torch.where(off, proximal[mb], behaviour)
             adv = torch.as_tensor([s.advantage for s in chunk], dtype=torch.float32)
-            surr = clipped_surrogate(logp, old, adv, cfg.epsilon, cfg.clip_high)
+            surr = clipped_surrogate(logp, state.old, adv, cfg.epsilon, cfg.clip_high)
             per_token = surr.per_token_loss
             kl = None
-            if cfg.beta > 0:
-                with torch.inference_mode():
-                    ref, _ = batch_logprobs(self.reference, batch, cfg.temperature)
-                kl = kl_penalty(logp, ref.clone(), cfg.kl_estimator)
+            if state.ref is not None:
+                kl = kl_penalty(logp, state.ref, cfg.kl_estimator)
                 per_token = per_token + cfg.beta * kl
             mask = batch.completion_mask.float()
             off_mask = off & batch.completion_mask.bool()
             if bool(off_mask.any()):
                 is_weight, capped = truncated_importance_weights(
-                    proximal[mb], behaviour, off_mask, self.importance_sampling_cap
+                    state.old, behaviour, off_mask, self.importance_sampling_cap
                 )
                 per_token = per_token * is_weight
                 sums["off"] += float(off_mask.sum())
