@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from honed.config import TrainerConfig
-from honed.models.policy import PolicySampler, SamplingParams, make_batch
+from honed.models.policy import PolicySampler, SamplingParams, completion_logprobs, make_batch
 from honed.rl.advantages import compute_advantages, group_units
 from honed.rl.loss import LOSS_TYPES, clipped_surrogate, kl_penalty, token_weights
-from honed.rl.update import PolicyUpdate, TrainSequence, prepare
+from honed.rl.update import PolicyUpdate, TrainSequence, prepare, zero_spread
 from honed.types import Group, Segment, Trajectory
 
 
@@ -264,3 +264,156 @@ def test_prefix_sharing_is_used_only_when_prompts_repeat(small_policy):
     masks = [[1] * len(c) for c in comps]
     assert isinstance(build_batch(ids, comps, masks, 0), PrefixBatch)
     assert isinstance(build_batch(ids[:2], comps[:2], masks[:2], 0), TokenBatch)
+
+
+# ----------------------------------------------------------------------------- π_old and clipping
+
+
+def _old_logprobs(policy, seqs) -> torch.Tensor:
+    batch = make_batch(
+        [s.prompt_ids for s in seqs],
+        [s.completion_ids for s in seqs],
+        [s.mask for s in seqs],
+        policy.pad_id,
+    )
+    with torch.no_grad():
+        logp, _ = policy.completion_logprobs(batch)
+    return logp, batch
+
+
+def test_the_second_iteration_descends_the_clipped_objective_against_pi_old(small_policy):
+    """num_iterations = 2 by hand: after the first step, the gradient is that of
+    −min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A) with ρ = π_θ / π_old and π_old the policy that
+    sampled, written out here independently of rl/loss.py; and clipping really acts."""
+    seqs = _sequences(small_policy, n=8)
+    lr, eps_low, eps_high = 2.0, 0.1, 0.15
+    cfg = {"num_iterations": 2, "epsilon": eps_low, "epsilon_high": eps_high, "loss_type": "dapo"}
+
+    def run(iterations: int):
+        policy = copy.copy(small_policy)
+        policy.model = copy.deepcopy(small_policy.model)
+        opt = torch.optim.SGD(policy.model.parameters(), lr=lr)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+        config = TrainerConfig(
+            max_completion_length=6, max_grad_norm=None, **{**cfg, "num_iterations": iterations}
+        )
+        stats = PolicyUpdate(policy, opt, sched, config).step(seqs)
+        return policy, stats
+
+    after_one, _ = run(1)
+    after_two, stats = run(2)
+    old, batch = _old_logprobs(small_policy, seqs)
+    # the gradient at the weights after one step, of the clipped objective against π_old
+    model = copy.deepcopy(after_one.model)
+    logp, _ = completion_logprobs(model, batch)
+    ratio = torch.exp(logp - old)
+    adv = torch.tensor([s.advantage for s in seqs])[:, None]
+    mask = batch.completion_mask.float()
+    objective = torch.minimum(ratio * adv, ratio.clamp(1 - eps_low, 1 + eps_high) * adv)
+    (-(objective * mask).sum() / mask.sum()).backward()
+    expected = torch.cat([p.grad.flatten() for p in model.parameters()])
+    one = torch.cat([p.detach().flatten() for p in after_one.model.parameters()])
+    two = torch.cat([p.detach().flatten() for p in after_two.model.parameters()])
+    actual = (one - two) / lr
+    assert stats["clip_ratio/region_mean"] > 0.05  # the first step moved ratios out of range
+    assert torch.allclose(actual, expected, atol=1e-5 * float(expected.abs().max()), rtol=0)
+    # and the clip matters: the unclipped surrogate's gradient is another one
+    model.zero_grad()
+    logp, _ = completion_logprobs(model, batch)
+    (-(torch.exp(logp - old) * adv * mask).sum() / mask.sum()).backward()
+    unclipped = torch.cat([p.grad.flatten() for p in model.parameters()])
+    assert (unclipped - expected).norm() > 0.05 * expected.norm()
+
+
+def test_pi_old_is_the_learners_own_forward_not_the_samplers_log_probs(small_policy):
+    """With several iterations the ratio's denominator is the learner's log-prob at the start
+    of the step: exactly 1 in the first iteration even when the recorded log-probs are off (as
+    a bf16 sampler's or a server's are), and nothing is clipped with a zero-width range."""
+    seqs = _sequences(small_policy)
+    for s in seqs:
+        s.old_logprobs = [lp + 2e-3 for lp in s.old_logprobs]
+    opt = torch.optim.SGD(small_policy.model.parameters(), lr=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+    cfg = TrainerConfig(max_completion_length=6, epsilon=0.0, epsilon_high=0.0, num_iterations=3)
+    stats = PolicyUpdate(small_policy, opt, sched, cfg).step(seqs)
+    assert stats["iterations"] == 3
+    assert stats["ratio/mean"] == 1.0
+    assert stats["clip_ratio/region_mean"] == 0.0
+
+
+def test_zero_spread_is_judged_on_the_signal_the_advantages_use():
+    """A normaliser that clips can flatten a group whose raw rewards spread: dynamic sampling's
+    judgement (`zero_spread`) and the filter in `prepare` agree on it."""
+    groups = [_group([0.0, 1.0, 0.0, 1.0], "a"), _group([5.0, 6.0, 7.0, 8.0], "b")]
+
+    def clip_high(env, rewards):
+        return [min(r, 3.0) for r in rewards]
+
+    cfg = TrainerConfig()
+    assert zero_spread(groups, cfg) == [False, False]
+    assert zero_spread(groups, cfg, clip_high) == [False, True]
+    prepared = prepare(groups, cfg, clip_high)
+    assert prepared.zero_std == [False, True] and prepared.metrics["groups/trained"] == 1
+
+
+# ----------------------------------------------------------------------------- dropout
+
+
+def _dropout_policy():
+    """A small GPT-2 with 10 % dropout everywhere (as its config says by default)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from honed.models.policy import Policy
+    from honed.models.tiny import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    config = GPT2Config(
+        vocab_size=len(tok),
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        n_positions=64,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(0)
+    return Policy(GPT2LMHeadModel(config), tok)
+
+
+def test_pi_old_is_scored_without_dropout_and_disable_dropout_makes_the_ratio_one():
+    from honed.models.dropout import disable_dropout, dropout_active
+
+    policy = _dropout_policy()
+    assert dropout_active(policy.model)
+    seqs = _sequences(policy)
+    policy.model.eval()
+    eval_logp, _ = _old_logprobs(policy, seqs)  # dropout off
+
+    def update(p, **cfg):
+        opt = torch.optim.SGD(p.model.parameters(), lr=0.0)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+        config = TrainerConfig(max_completion_length=6, num_iterations=2, **cfg)
+        return PolicyUpdate(p, opt, sched, config)
+
+    with_dropout = update(policy)
+    seen = {}
+    real = with_dropout._one_step
+
+    def keep_cache(sequences, weights, cache):
+        out = real(sequences, weights, cache)
+        seen.update(cache)
+        return out
+
+    with_dropout._one_step = keep_cache
+    stats = with_dropout.step(seqs)
+    # π_old is the eval-mode (dropout off) log-prob; the update's forward keeps dropout, so
+    # the ratio is not 1
+    old = seen[0].old
+    mask = seen[0].batch.completion_mask.bool()
+    assert torch.allclose(old[mask], eval_logp[mask], atol=1e-5)
+    assert stats["ratio/mean"] != 1.0
+    disable_dropout(policy.model)
+    assert not dropout_active(policy.model) and policy.model.config.resid_pdrop == 0.0
+    stats = update(policy, epsilon=0.0, epsilon_high=0.0).step(seqs)
+    assert stats["ratio/mean"] == 1.0 and stats["clip_ratio/region_mean"] == 0.0

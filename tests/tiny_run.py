@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import random
+
+import numpy as np
+import torch
 import yaml
 
 from honed.config import Config, load_config
@@ -86,4 +90,21 @@ class DigitShareEnv(SingleTurnEnv):
 def spread_env_data(tmp_path) -> dict:
     data = small_config_data(tmp_path)
     data["envs"] = [{"name": "digits", "type": "tiny_run:DigitShareEnv"}]
+    return data
+
+
+class NoisyDigitShareEnv(DigitShareEnv):
+    """`DigitShareEnv` whose rewards also carry a little noise from the process-wide random
+    generators of Python, NumPy and torch, as a user's environment might: a resumed run gives
+    the same rewards only if it restores all three."""
+
+    def score(self, item: Item, completion: str) -> Score:
+        base = super().score(item, completion)
+        noise = random.random() + float(np.random.rand()) + float(torch.rand(()))
+        return Score(reward=base.reward + 0.01 * noise, success=base.success)
+
+
+def noisy_env_data(tmp_path) -> dict:
+    data = small_config_data(tmp_path)
+    data["envs"] = [{"name": "digits", "type": "tiny_run:NoisyDigitShareEnv"}]
     return data

@@ -3,6 +3,7 @@
 Dropout lives in two places in Hugging Face models: `nn.Dropout` modules (GPT-2's residual and
 embedding dropout) and plain float attributes that a module passes to a functional call
 (Llama's `attention_dropout`, given to scaled-dot-product attention only in training mode).
+The config holds the rates too (`attention_dropout`, `resid_pdrop`, ...).
 Both are covered here, so that "is any dropout active" and "turn it off" mean the same thing
 whatever the architecture.
 """
@@ -10,6 +11,11 @@ whatever the architecture.
 from __future__ import annotations
 
 import torch
+
+
+def _is_rate(name: str, value: object) -> bool:
+    """A float attribute that holds a dropout probability (`attention_dropout`, `resid_pdrop`)."""
+    return isinstance(value, float) and ("dropout" in name or name.endswith("pdrop"))
 
 
 def _rates(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str | None, float]]:
@@ -20,7 +26,7 @@ def _rates(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str | None, fl
             found.append((module, None, float(module.p)))
             continue
         for name, value in vars(module).items():
-            if "dropout" in name and isinstance(value, float):
+            if _is_rate(name, value):
                 found.append((module, name, value))
     return found
 
@@ -40,5 +46,5 @@ def disable_dropout(model: torch.nn.Module) -> None:
     # and in the config, so that a saved checkpoint keeps the setting
     config = getattr(model, "config", None)
     for key, value in list(vars(config).items()) if config is not None else []:
-        if "dropout" in key and isinstance(value, float):
+        if _is_rate(key, value):
             setattr(config, key, 0.0)

@@ -1,0 +1,260 @@
+"""Resume: the checkpoint supplies the state, the config in force the settings.
+
+A run resumed with its own config repeats an uninterrupted run bit for bit (weights, sampler,
+curricula, normalisers, the completions sampled after the resume, and the rewards of an
+environment that draws from the process-wide RNGs), for any micro-batch size; a run resumed
+with changed settings uses them from the next step on, says so, and refuses the ones that
+cannot apply.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from tiny_run import noisy_env_data, small_config, spread_env_data
+
+from honed.cli import main
+from honed.errors import HonedError
+from honed.rl.trainer import STATE_FILE, GRPOTrainer, TrainingInterrupted
+from honed.runs.rundir import RunDir
+
+# Per-step values that are timings, not results.
+TIMINGS = ("perf/",)
+
+
+def _weights(run: RunDir, step: int) -> dict[str, torch.Tensor]:
+    return load_file(str(run.checkpoints / f"step_{step}" / "model.safetensors"))
+
+
+def _rows(run: RunDir) -> list[dict]:
+    return [
+        {k: v for k, v in r.items() if not k.startswith(TIMINGS)}
+        for r in run.read_jsonl(run.metrics_path)
+        if "reward/mean" in r
+    ]
+
+
+def _completions(run: RunDir) -> list[tuple[int, str, str, float]]:
+    return [
+        (r["step"], r["item"], r["completion"], r["reward"])
+        for r in run.read_jsonl(run.samples_path)
+    ]
+
+
+RESUME_SETTINGS = (
+    "curriculum.strategy=frontier",
+    "reward_norm.mode=zscore",
+    "reward_norm.warmup=4",
+    "trainer.scale_rewards=none",
+    "trainer.warmup_steps=2",
+    "trainer.lr_scheduler_type=linear",
+    # without clipping the gradient's scale (hence the normaliser's state) reaches the weights
+    "trainer.max_grad_norm=null",
+    # every group's first completion goes to samples.jsonl
+    "logging.samples_per_step=4",
+)
+
+
+@pytest.mark.parametrize("micro_batch_size", [None, 1, 3])
+def test_resume_repeats_the_uninterrupted_run_bit_for_bit(tmp_path, micro_batch_size):
+    mb = f"trainer.micro_batch_size={'null' if micro_batch_size is None else micro_batch_size}"
+
+    def config(sub: str, *more: str):
+        data = noisy_env_data(tmp_path / sub)
+        return small_config(tmp_path / sub, *RESUME_SETTINGS, mb, *more, data=data)
+
+    straight = GRPOTrainer(config("a"), RunDir(tmp_path / "a/run"))
+    straight.train()
+    half = GRPOTrainer(config("b", "checkpoint.every=1"), RunDir(tmp_path / "b/run"))
+    half_steps = {"n": 0}
+    real_step = half.train_step
+
+    def two_steps_then_kill():
+        if half_steps["n"] == 2:
+            raise KeyboardInterrupt
+        half_steps["n"] += 1
+        return real_step()
+
+    half.train_step = two_steps_then_kill
+    with pytest.raises(TrainingInterrupted):
+        half.train()
+    resumed = GRPOTrainer(config("b"), RunDir(tmp_path / "b/run"))
+    resumed.train(resume=True)
+    # settings: only the checkpoint interval differed between the two invocations
+    assert [c[0] for c in resumed.resume_changes] == ["checkpoint.every"]
+    a, b = straight.run, resumed.run
+    rows = _rows(b)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert sum(r["groups/trained"] for r in rows) >= 10
+    wa, wb = _weights(a, 4), _weights(b, 4)
+    assert wa.keys() == wb.keys()
+    for key in wa:
+        assert torch.equal(wa[key], wb[key]), key
+    # what was sampled after the resume, and the rewards a noisy environment gave it
+    assert _completions(b) == _completions(a)
+    assert rows == _rows(a)
+    assert straight.sampler.state_dict() == resumed.sampler.state_dict()
+    assert straight.rollouts_generated == resumed.rollouts_generated > 0
+    for name, normalizer in straight.normalizers.items():
+        assert normalizer.state_dict() == resumed.normalizers[name].state_dict()
+    # the curriculum saw every group of the four steps
+    assert resumed.sampler.curricula["digits"].metrics_dict()["curriculum/total_updates"] == 16
+
+
+def test_interrupted_and_resumed_run_ends_as_the_uninterrupted_one(tmp_path):
+    data = spread_env_data(tmp_path)
+    straight = GRPOTrainer(
+        small_config(tmp_path / "a", "checkpoint.every=0", data=data), RunDir(tmp_path / "a/run")
+    )
+    straight.train()
+    cfg = small_config(tmp_path / "b", "checkpoint.every=0", data=data)
+    trainer = GRPOTrainer(cfg, RunDir(tmp_path / "b/run"))
+    calls = {"n": 0}
+    real_step = trainer.train_step
+
+    def step_then_interrupt():
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real_step()
+
+    trainer.train_step = step_then_interrupt
+    with pytest.raises(TrainingInterrupted) as stop:
+        trainer.train()
+    assert stop.value.step == 2
+    assert (tmp_path / "b/run/checkpoints/step_2" / STATE_FILE).is_file()
+    again = GRPOTrainer(cfg, RunDir(tmp_path / "b/run"))
+    again.train(resume=True)
+    assert again.step == 4
+    assert _rows(again.run) == _rows(straight.run)
+    wa, wb = _weights(straight.run, 4), _weights(again.run, 4)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+# ----------------------------------------------------------------------------- changed settings
+
+
+def _lrs(run: RunDir) -> list[float]:
+    return [r["learning_rate"] for r in _rows(run)]
+
+
+SCHEDULE = ("trainer.lr_scheduler_type=linear", "trainer.warmup_steps=1", "checkpoint.every=1")
+
+
+def _interrupt_after(trainer: GRPOTrainer, steps: int) -> None:
+    """Run `trainer` and stop it like Ctrl-C after `steps` steps (a checkpoint is written)."""
+    calls = {"n": 0}
+    real_step = trainer.train_step
+
+    def stop():
+        if calls["n"] == steps:
+            raise KeyboardInterrupt
+        calls["n"] += 1
+        return real_step()
+
+    trainer.train_step = stop
+    with pytest.raises(TrainingInterrupted):
+        trainer.train()
+
+
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [
+        # a finished 4-step run extended to 8 steps
+        ("trainer.max_steps=4", ("trainer.max_steps=8",)),
+        # an 8-step run stopped after 4, resumed with another peak learning rate
+        (None, ("trainer.learning_rate=0.003",)),
+        # ... or another schedule and warm-up
+        (None, ("trainer.lr_scheduler_type=cosine", "trainer.warmup_steps=3")),
+    ],
+)
+def test_a_resumed_run_uses_the_new_schedule_from_the_next_step(tmp_path, first, then):
+    data = spread_env_data(tmp_path)
+
+    def trainer(sub: str, *more: str) -> GRPOTrainer:
+        cfg = small_config(tmp_path / sub, *SCHEDULE, "trainer.max_steps=8", *more, data=data)
+        return GRPOTrainer(cfg, RunDir(tmp_path / sub / "run"))
+
+    fresh = trainer("a", *then)  # a run started with the new settings
+    fresh.train()
+    if first:
+        trainer("b", first).train()
+    else:
+        _interrupt_after(trainer("b"), 4)
+    resumed = trainer("b", *then)
+    resumed.train(resume=True)
+    assert sorted(c[0] for c in resumed.resume_changes) == sorted(c.split("=")[0] for c in then)
+    assert len(_lrs(resumed.run)) == 8
+    assert _lrs(resumed.run)[4:] == _lrs(fresh.run)[4:]
+    assert _lrs(resumed.run)[4] > 0  # a 4-step linear schedule would have reached 0 here
+
+
+def test_changed_settings_are_printed_one_line_each(tmp_path, capsys):
+    data = spread_env_data(tmp_path)
+    data["logging"]["progress"] = True
+    path = tmp_path / "config.yaml"
+    path.write_text(json.dumps(data))
+    assert main(["train", str(path), "--quiet"]) == 0
+    capsys.readouterr()
+    extra = ["-o", "trainer.max_steps=6", "-o", "trainer.learning_rate=0.002"]
+    assert main(["train", str(path), "--resume", *extra]) == 0
+    out = capsys.readouterr().out
+    assert "trainer.max_steps: 4 -> 6" in out
+    assert "trainer.learning_rate: 0.001 -> 0.002" in out
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("policy.tiny.hidden_size=64", "policy.tiny.hidden_size"),
+        ("sft.steps=5", "sft.steps"),
+        ("envs.0.name=other", "envs.0.name"),
+    ],
+)
+def test_a_setting_that_cannot_apply_stops_the_resume_naming_it(tmp_path, capsys, override, key):
+    path = tmp_path / "config.yaml"
+    path.write_text(json.dumps(spread_env_data(tmp_path)))
+    assert main(["train", str(path), "--quiet", "-o", "trainer.max_steps=2"]) == 0
+    run = RunDir(tmp_path / "run")
+    config_before = run.config_path.read_text()
+    metrics_before = run.metrics_path.read_text()
+    capsys.readouterr()
+    assert main(["train", str(path), "--resume", "--quiet", "-o", override]) == 2
+    err = capsys.readouterr().err
+    assert key in err and "Traceback" not in err
+    # nothing written before the error is lost or changed
+    assert run.config_path.read_text() == config_before
+    assert run.metrics_path.read_text() == metrics_before
+
+
+def test_queued_requests_fix_the_batch_size_of_an_asynchronous_run(tmp_path):
+    data = spread_env_data(tmp_path)
+    lag = ("distributed.max_staleness=1", "trainer.max_steps=2", "checkpoint.every=1")
+    GRPOTrainer(small_config(tmp_path, *lag, data=data), RunDir(tmp_path / "run")).train()
+    state = torch.load(tmp_path / "run/checkpoints/step_1" / STATE_FILE, weights_only=False)
+    assert state["rollout_queue"]  # step 2's request was drawn at step 1
+    # resume from step 1, where a request is queued
+    shutil.rmtree(tmp_path / "run/checkpoints/step_2")
+    more = small_config(tmp_path, *lag, "trainer.prompts_per_step=2", data=data)
+    with pytest.raises(HonedError, match=r"trainer\.prompts_per_step"):
+        GRPOTrainer(more, RunDir(tmp_path / "run")).train(resume=True)
+
+
+def test_resuming_a_finished_run_trains_nothing_and_logs_no_second_evaluation(tmp_path):
+    data = spread_env_data(tmp_path)
+    cfg = small_config(tmp_path, "eval.every=2", data=data)
+    first = GRPOTrainer(cfg, RunDir(tmp_path / "run"))
+    summary = first.train()
+    rows = first.run.read_jsonl(first.run.metrics_path)
+    evals = [r["step"] for r in rows if "eval/accuracy" in r]
+    # initial, step 2, and step 4 once: the periodic evaluation at the last step is the final one
+    assert evals == [0, 2, 4]
+    again = GRPOTrainer(cfg, RunDir(tmp_path / "run"))
+    resumed_summary = again.train(resume=True)
+    assert again.run.read_jsonl(again.run.metrics_path) == rows
+    assert resumed_summary["final_eval"] == summary["final_eval"]
+    assert resumed_summary["steps"] == 4
