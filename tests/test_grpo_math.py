@@ -65,6 +65,9 @@ def test_segment_rewards_make_every_segment_of_the_group_a_unit():
     plain = Group("env", "k", [_traj(1.0, [None, None]), _traj(0.0, [None, None])])
     assert group_units(plain).rewards == [1.0, 0.0]
     assert group_units(plain).members == [[(0, 0), (0, 1)], [(1, 0), (1, 1)]]
+    # once any segment carries its own reward, a segment without one takes its trajectory's
+    mixed = Group("memory", "inst", [_traj(0.7, [1.0, None]), _traj(0.2, [None, 0.0])])
+    assert group_units(mixed).rewards == [1.0, 0.7, 0.2, 0.0]
 
 
 def test_zero_spread_groups_are_filtered_with_a_tolerance():
@@ -417,3 +420,16 @@ def test_pi_old_is_scored_without_dropout_and_disable_dropout_makes_the_ratio_on
     assert not dropout_active(policy.model) and policy.model.config.resid_pdrop == 0.0
     stats = update(policy, epsilon=0.0, epsilon_high=0.0).step(seqs)
     assert stats["ratio/mean"] == 1.0 and stats["clip_ratio/region_mean"] == 0.0
+
+
+def test_the_gradient_is_clipped_to_max_grad_norm(small_policy):
+    seqs = _sequences(small_policy)
+    before = torch.cat([p.detach().flatten().clone() for p in small_policy.model.parameters()])
+    opt = torch.optim.SGD(small_policy.model.parameters(), lr=1.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+    cfg = TrainerConfig(max_completion_length=6, max_grad_norm=1e-3)
+    stats = PolicyUpdate(small_policy, opt, sched, cfg).step(seqs)
+    after = torch.cat([p.detach().flatten() for p in small_policy.model.parameters()])
+    assert stats["grad_norm"] > 1e-2  # logged before clipping ...
+    # ... and the step taken is the clipped one: lr · max_grad_norm (tied weights count once)
+    assert float((after - before).norm()) == pytest.approx(1e-3, rel=1e-3)

@@ -68,6 +68,24 @@ def test_each_loss_estimator_has_the_gradient_the_docs_name(estimator, divergenc
     assert torch.allclose(expected, analytic, atol=1e-6, rtol=0)
 
 
+def test_estimator_values_and_the_unbiased_ones_expectations():
+    """As numbers: k1 = r, k2 = r²/2, k3 = e^(−r) + r − 1; k1 and k3 average to KL(π ‖ π_ref)
+    over tokens drawn from π (which is what the logged `kl` estimates)."""
+    logp = torch.tensor([[-1.0, -2.0]], dtype=torch.float64)
+    ref = torch.tensor([[-1.5, -1.0]], dtype=torch.float64)
+    r = logp - ref
+    assert torch.allclose(kl_penalty(logp, ref, "k1"), r)
+    assert torch.allclose(kl_penalty(logp, ref, "k2"), 0.5 * r**2)
+    assert torch.allclose(kl_penalty(logp, ref, "k3"), torch.exp(-r) + r - 1)
+    theta, ref_all = _one_position()
+    logp_all = F.log_softmax(theta, -1)
+    pi = logp_all.exp()
+    kl = float((pi * (logp_all - ref_all)).sum())
+    for estimator in ("k1", "k3"):
+        values = kl_penalty(logp_all[None], ref_all[None], estimator)[0]
+        assert float((pi * values).sum()) == pytest.approx(kl, abs=1e-12)
+
+
 def test_kl_in_reward_gives_the_gradient_of_the_reverse_kl():
     """The reward penalty β·k1 as a (negative) advantage in the clipped surrogate at ratio 1:
     in expectation the loss's gradient is β ∇ KL(π ‖ π_ref), the score-function term that k1
