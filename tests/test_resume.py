@@ -19,6 +19,7 @@ from tiny_run import noisy_env_data, small_config, spread_env_data
 
 from honed.cli import main
 from honed.errors import HonedError
+from honed.rl.schedule import WarmupDecay
 from honed.rl.trainer import STATE_FILE, GRPOTrainer, TrainingInterrupted
 from honed.runs.rundir import RunDir
 
@@ -191,6 +192,10 @@ def test_a_resumed_run_uses_the_new_schedule_from_the_next_step(tmp_path, first,
     assert len(_lrs(resumed.run)) == 8
     assert _lrs(resumed.run)[4:] == _lrs(fresh.run)[4:]
     assert _lrs(resumed.run)[4] > 0  # a 4-step linear schedule would have reached 0 here
+    # and what the fresh run logs is its schedule: step k trains at peak · λ(k − 1)
+    cfg = fresh.cfg
+    shape = WarmupDecay(cfg.lr_scheduler_type, cfg.warmup_steps, cfg.max_steps)
+    assert _lrs(fresh.run) == pytest.approx([cfg.learning_rate * shape(k) for k in range(8)])
 
 
 def test_changed_settings_are_printed_one_line_each(tmp_path, capsys):
