@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --constraint constraints.txt
 
-.PHONY: quickstart test lint format bench clean
+.PHONY: quickstart test lint format mutants bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ quickstart: $(VENV)/.core
 # tests here (a plain `pytest` without Ray skips them, saying so).
 test: $(VENV)/.dev
 	HONED_REQUIRE_RAY=1 $(BIN)/python -m pytest -q
+
+# Plants each of dev/mutants.py's GRPO bugs in turn and names the test that catches it; it edits
+# src/honed/rl/, so run it in a checkout nobody is working in.
+mutants: $(VENV)/.dev
+	$(BIN)/python dev/mutants.py
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check .
