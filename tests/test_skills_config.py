@@ -38,7 +38,11 @@ def test_defaults_and_overrides(tmp_path):
         (["gate.mdoe=soft"], "unknown config key 'gate.mdoe' (did you mean 'gate.mode'?)"),
         (["target.modle=x"], "unknown config key 'target.modle' (did you mean 'target.model'?)"),
         (["gate.mode=lenient"], "invalid value for 'gate.mode'"),
-        (["schedule.min_lr=9"], "schedule: min_lr (9) must not exceed max_lr (4)"),
+        (
+            ["schedule.mode=linear", "schedule.min_lr=9"],
+            "schedule: min_lr (9) must not exceed max_lr (4)",
+        ),
+        (["schedule.anchor=first"], "invalid value for 'schedule.anchor'"),
         (["schedule.mode=autonomous", "schedule.warmup_steps=2"], "schedule: warmup_steps"),
     ],
 )
@@ -46,6 +50,33 @@ def test_errors_are_one_line_and_name_the_key(tmp_path, overrides, message):
     with pytest.raises(HonedError) as info:
         load_skills_config(write(tmp_path), overrides)
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_the_schedule_is_skillopts_unless_the_config_asks_otherwise(tmp_path):
+    """The config builds SkillOpt's schedule by default (min_lr 0 allowed, min_lr ignored by
+    constant) and honed's earlier one with anchor: both and rounding: half_up."""
+    config = load_skills_config(write(tmp_path), ["schedule.mode=linear", "schedule.max_lr=8"])
+    assert [config.schedule.build(8).get_lr(k) for k in range(1, 9)] == [7, 6, 6, 5, 4, 4, 3, 2]
+    earlier = load_skills_config(
+        write(
+            tmp_path,
+            schedule={
+                "mode": "linear",
+                "max_lr": 8,
+                "total_steps": 8,
+                "anchor": "both",
+                "rounding": "half_up",
+            },
+        )
+    )
+    assert [earlier.schedule.build(100).get_lr(k) for k in range(1, 9)] == [8, 7, 6, 5, 5, 4, 3, 2]
+    zero = load_skills_config(write(tmp_path), ["schedule.mode=cosine", "schedule.min_lr=0"])
+    assert zero.schedule.build(4).get_lr(4) == 0
+    one = load_skills_config(write(tmp_path), ["schedule.max_lr=1"])  # min_lr stays 2
+    assert one.schedule.build(4).get_lr(1) == 1
+    warm = load_skills_config(write(tmp_path), ["schedule.warmup_steps=3"])
+    with pytest.raises(ValueError, match=r"warmup_steps \(3\) must be less than total_steps \(3\)"):
+        warm.schedule.build(3)
 
 
 def test_the_grpo_loader_is_unchanged(tmp_path):

@@ -1,15 +1,18 @@
 """`honed skills train` end to end against a local OpenAI-compatible server playing both roles
 (see `skill_world.py`): the selection score rises, budgets hold, the harmful edit is rejected,
-a crashed and resumed run ends where an uninterrupted one does, and bad servers stop the run
-before any work."""
+a crashed and resumed run ends where an uninterrupted one does, a resumed run follows the config
+in force (and refuses what cannot apply, and leaves a finished run alone), and bad servers stop
+the run before any work."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 from pathlib import Path
 
 import pytest
+import yaml
 from openai_server import FakeOpenAIServer
 from skill_world import HARMFUL, INITIAL_SKILL, World, write_config
 
@@ -173,3 +176,142 @@ def test_autonomous_budget_and_llm_merge_in_the_loop(world, tmp_path):
     assert all(r["applied"] <= r["kept"] <= r["pool"] for r in records)
     assert {r["merge"] for r in records if r["pool"] > 1} == {"llm"}
     assert read(tmp_path / "run" / "summary.json")["selection"]["best"]["hard"] > 1 / 6
+
+
+# ---------------------------------------------------------------- resume: settings from the config
+
+
+@pytest.fixture(scope="module")
+def four_steps(world, tmp_path_factory):
+    """A finished run of 4 cosine steps (budget 6 -> 0), and its config."""
+    folder = tmp_path_factory.mktemp("four")
+    config = write_config(
+        folder,
+        world[1].base_url,
+        schedule={"mode": "cosine", "max_lr": 6, "min_lr": 0},
+        train={"epochs": 3, "max_steps": 4},
+        consolidation={"enabled": False},
+        skill={"preamble": "Read the skill."},
+    )
+    assert train(config, folder / "run") == 0
+    assert read(folder / "run" / "summary.json")["budget_per_step"] == [5, 3, 1, 0]
+    return config, folder / "run"
+
+
+def copy_run(run: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(run, tmp_path / "run"))
+
+
+def resume(config: Path, run: Path, *overrides: str) -> int:
+    """`--resume` with `-o` overrides, not quiet: the changed settings are printed."""
+    flags = [flag for override in overrides for flag in ("-o", override)]
+    return main(["skills", "train", str(config), "--run-dir", str(run), "--resume", *flags])
+
+
+def files(run: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run)): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+
+
+def change_lines(out: str) -> list[str]:
+    return [line.removeprefix("· ") for line in out.splitlines() if " -> " in line]
+
+
+def test_a_resumed_run_takes_the_schedule_from_the_config_in_force(
+    four_steps, world, tmp_path, capsys
+):
+    config, finished = four_steps
+    run = copy_run(finished, tmp_path)
+    capsys.readouterr()
+    assert resume(config, run, "schedule.mode=linear", "train.max_steps=8") == 0
+    assert change_lines(capsys.readouterr().out) == [
+        "train.max_steps: 4 -> 8",
+        "schedule.mode: cosine -> linear",
+    ]
+    # Steps 5..8 get what a fresh 8-step linear run gets there; steps 1..4 stay as they were.
+    fresh = build_scheduler("linear", max_lr=6, min_lr=0, total_steps=8)
+    budgets = read(run / "summary.json")["budget_per_step"]
+    assert (
+        budgets == [5, 3, 1, 0] + [fresh.get_lr(k) for k in range(5, 9)] == [5, 3, 1, 0, 2, 2, 1, 0]
+    )
+    assert [read(d / "step.json")["budget"] for d in steps(run)] == budgets
+    # A budget of 0 keeps nothing and asks the optimizer for no ranking.
+    zero = [read(d / "step.json") for d in steps(run) if read(d / "step.json")["budget"] == 0]
+    assert all(r["kept"] == r["applied"] == 0 for r in zero)
+    assert [r["rank"] for r in zero if r["pool"]] == ["deterministic (the budget is 0)"]
+
+
+def test_resuming_a_finished_run_changes_nothing(four_steps, world, tmp_path, capsys):
+    w, _ = world
+    config, finished = four_steps
+    run = copy_run(finished, tmp_path)
+    before, calls = files(run), dict(w.calls)
+    assert train(config, run, "--resume") == 0
+    assert files(run) == before  # no second evaluation or summary
+    # A changed setting is reported (verbatim, brackets included), and applies to nothing.
+    capsys.readouterr()
+    assert resume(config, run, "skill.preamble=Use the [alpha] rules.") == 0
+    out = capsys.readouterr().out
+    assert change_lines(out) == ["skill.preamble: Read the skill. -> Use the [alpha] rules."]
+    assert "the run finished after step 4: nothing to do" in out
+    assert files(run) == before
+    assert w.calls == calls
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("skill.init=Answer with the number only.", "skill.init"),
+        ("train.max_steps=3", "train.max_steps"),
+        ("gate.num_items=1", "gate.num_items"),
+        ("train.steps_per_epoch=2", "train.steps_per_epoch"),
+    ],
+)
+def test_a_change_that_cannot_apply_stops_the_resume_naming_the_key(
+    four_steps, world, tmp_path, capsys, override, key
+):
+    w, _ = world
+    config, finished = four_steps
+    run = copy_run(finished, tmp_path)
+    before, calls = files(run), dict(w.calls)
+    assert train(config, run, "--resume", "-o", override) == 2
+    assert f"honed: error: {key} cannot change when resuming ({key}: " in capsys.readouterr().err
+    assert files(run) == before
+    assert w.calls == calls
+
+
+def test_a_run_from_an_earlier_honed_resumes_with_the_schedule_in_force(
+    four_steps, tmp_path, capsys
+):
+    """Its state holds the schedule's settings and no config; its config.yaml predates
+    `anchor` and `rounding`: the change of default is reported, the config's settings apply."""
+    config, finished = four_steps
+    run = copy_run(finished, tmp_path)
+    state = read(run / "state.json")
+    for key in ("config", "steps_per_epoch"):
+        del state[key]
+    state["scheduler"] = {
+        "mode": "cosine",
+        "max_lr": 6,
+        "min_lr": 0,
+        "total_steps": 4,
+        "warmup_steps": 0,
+        "current_step": 4,
+    }
+    (run / "state.json").write_text(json.dumps(state))
+    old = yaml.safe_load((run / "config.yaml").read_text())
+    del old["schedule"]["anchor"], old["schedule"]["rounding"]
+    (run / "config.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
+    capsys.readouterr()
+    overrides = ("schedule.max_lr=8", "schedule.total_steps=10", "train.max_steps=5")
+    assert resume(config, run, *overrides) == 0
+    assert change_lines(capsys.readouterr().out) == [
+        "train.max_steps: 4 -> 5",
+        "schedule.max_lr: 6 -> 8",
+        "schedule.total_steps: null -> 10",
+        "schedule.anchor: both -> last",
+        "schedule.rounding: half_up -> half_even",
+    ]
+    # Step 5 of cosine 8 -> 0 over 10 steps; the state's settings would give 0, and a schedule
+    # restarted at step 1 would give 8.
+    fresh = build_scheduler("cosine", max_lr=8, min_lr=0, total_steps=10)
+    assert read(run / "summary.json")["budget_per_step"][4] == fresh.get_lr(5) == 4

@@ -11,23 +11,23 @@ from honed.skills.document import (
 )
 from honed.skills.edits import OPS, Edit, InvalidEdit, ParsedEdits, parse_edits
 from honed.skills.schedule import (
-    AUTONOMOUS_BUDGET,
     MODES,
-    EditBudgetScheduler,
+    NO_LIMIT,
+    LRScheduler,
     build_scheduler,
     clamp_autonomous,
 )
 from honed.skills.store import SkillStore, SkillVersion, atomic_write_text
 
 __all__ = [
-    "AUTONOMOUS_BUDGET",
     "MODES",
+    "NO_LIMIT",
     "OPS",
     "ApplyReport",
     "Edit",
-    "EditBudgetScheduler",
     "EditOutcome",
     "InvalidEdit",
+    "LRScheduler",
     "ParsedEdits",
     "Region",
     "SkillDocument",

@@ -17,7 +17,7 @@ from pydantic import Field, model_validator
 from honed.config import CurriculumConfig, EnvConfig, Strict, check_envs, load_model
 from honed.errors import HonedError
 from honed.models.chat import ChatModelConfig
-from honed.skills.schedule import build_scheduler
+from honed.skills.schedule import LRScheduler, build_scheduler
 
 # `skill.init` is read as a file when it is one line ending in one of these.
 SKILL_FILE_SUFFIXES = (".md", ".markdown", ".txt")
@@ -75,13 +75,31 @@ class TrainConfig(Strict):
 
 class ScheduleConfig(Strict):
     """The edit budget per step (`honed.skills.schedule`); `total_steps` defaults to the run's
-    number of steps. `max_lr` also caps the edits any single reflection may propose."""
+    number of steps. `max_lr` also caps the edits any single reflection may propose.
+
+    The defaults give SkillOpt's budgets; `anchor: both` with `rounding: half_up` gives the
+    schedule of honed before it matched SkillOpt, and `warmup_steps` is honed's own.
+    """
 
     mode: Literal["constant", "linear", "cosine", "autonomous"] = "constant"
     max_lr: int = Field(4, ge=1)
-    min_lr: int = Field(2, ge=1)
+    min_lr: int = Field(2, ge=0)
     total_steps: int | None = Field(None, ge=1)
     warmup_steps: int = Field(0, ge=0)
+    anchor: Literal["last", "both"] = "last"
+    rounding: Literal["half_even", "half_up"] = "half_even"
+
+    def build(self, run_steps: int) -> LRScheduler:
+        """The schedule, annealing over `total_steps` or else over the run's `run_steps`."""
+        return build_scheduler(
+            self.mode,
+            self.max_lr,
+            self.min_lr,
+            self.total_steps or run_steps,
+            self.warmup_steps,
+            anchor=self.anchor,
+            rounding=self.rounding,
+        )
 
 
 class GateConfig(Strict):
@@ -141,9 +159,8 @@ class SkillsConfig(Strict):
     @model_validator(mode="after")
     def _consistent(self) -> SkillsConfig:
         check_envs(self.envs)
-        s = self.schedule
-        try:  # the schedule's own checks, with its own messages
-            build_scheduler(s.mode, s.max_lr, s.min_lr, s.total_steps or 10**9, s.warmup_steps)
+        try:  # the schedule's own checks, with its own messages; the run's length comes later
+            self.schedule.build(run_steps=10**9)
         except ValueError as exc:
             raise ValueError(f"schedule: {exc}") from None
         return self

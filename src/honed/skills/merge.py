@@ -13,7 +13,8 @@ calls of eight; one call over a deduplicated pool is cheaper and cannot loop.)
 `autonomous`), the optimizer orders the pool by expected benefit (`train.rank: llm`, the
 default). Ids it leaves out follow in deterministic order; ids it repeats or invents are
 ignored. If the call fails to give a usable ranking, or with `train.rank: deterministic`, the
-order is: most support first, then most support from failures, then first proposed. In
+order is: most support first, then most support from failures, then first proposed. A budget
+of 0 (a schedule with `min_lr: 0`) keeps nothing and asks the optimizer nothing. In
 `autonomous` mode the ranking reply also says how many edits to keep (`keep`), clamped to the
 pool by `clamp_autonomous`; without a usable `keep` the whole pool is kept.
 """
@@ -226,6 +227,8 @@ def rank(
         return Ranking([], 0, "deterministic (empty pool)")
     if not use_llm:
         return Ranking(fallback, cap, "deterministic")
+    if not autonomous and budget <= 0:
+        return Ranking(fallback, 0, "deterministic (the budget is 0)")
     if not autonomous and len(pool) <= budget:
         return Ranking(fallback, cap, "deterministic (the budget covers the whole pool)")
     prompt = _rank_prompt(skill, pool, budget, autonomous)

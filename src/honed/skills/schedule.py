@@ -5,27 +5,38 @@ handful of edits; how many edits a step may keep is the step's *budget*, and it 
 that a learning rate plays for weights: large budgets move fast and risk piling up edits the gate
 cannot tell apart, small budgets are safe and slow. A schedule gives the budget of each step.
 
-The public interface is the original ReflACT one, so code written for it works unchanged:
-`build_scheduler(mode, max_lr, min_lr, total_steps)`, `scheduler.step()` (advance one 1-indexed
-step and return its budget), `get_lr(step)`, `state_dict()` / `load_state_dict()`.
+The interface and, by default, the values are those of SkillOpt's (ReflACT's) schedulers, so code
+and configs written for it run unchanged and give the same budgets at every step:
+`build_scheduler(mode, max_lr, min_lr, total_steps)`, the `LRScheduler` base class with its
+`_compute_lr(step)` hook, `ConstantScheduler`, `LinearScheduler`, `CosineScheduler`,
+`AutonomousScheduler` (`NO_LIMIT`), `step()`, `get_lr(step)`, `state_dict()` /
+`load_state_dict()`. honed adds keyword options, each off by default: `warmup_steps`, and
+`anchor` / `rounding`, which select the schedule honed used before it matched SkillOpt.
 
-Budgets are whole numbers of edits, rounded half up (`2.5 -> 3`), never below `min_lr`. This is
-small integer arithmetic, not a `torch.optim` scheduler: those produce floats, know nothing of a
-floor in edits, and would make the skill loop depend on torch.
+Budgets are small whole numbers, not a `torch.optim` scheduler: those produce floats, know
+nothing of a floor in edits, and would make the skill loop depend on torch.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from honed.errors import did_you_mean
 
-MODES = ("constant", "linear", "cosine", "autonomous")
+# What `autonomous` returns as its budget: no cap, the optimizer LLM chooses the count instead
+# (see `clamp_autonomous`). SkillOpt's value, kept so that code comparing with it still works.
+NO_LIMIT = 999
 
-# What `autonomous` returns as its budget: the original used 999, i.e. "no cap"; the optimizer
-# LLM chooses the count instead (see `clamp_autonomous`).
-AUTONOMOUS_BUDGET = 999
+# `last`: step k gets the schedule's value after k of T steps, so only the last step is pinned
+# (to min_lr) and step 1 is already one step down from max_lr (SkillOpt). `both`: step 1 gets
+# max_lr, step T gets min_lr and the steps between are evenly spaced (honed before it matched
+# SkillOpt).
+ANCHORS = ("last", "both")
+# `half_even`: Python's round(), 2.5 -> 2 and 3.5 -> 4 (SkillOpt). `half_up`: 2.5 -> 3.
+ROUNDINGS = ("half_even", "half_up")
 
 
 def _whole(name: str, value: Any, minimum: int | None) -> int:
@@ -39,9 +50,16 @@ def _whole(name: str, value: Any, minimum: int | None) -> int:
     return int(value)
 
 
+def _choice(name: str, value: Any, options: tuple[str, ...]) -> str:
+    if value not in options:
+        raise ValueError(
+            f"unknown {name} {value!r}{did_you_mean(str(value), options)}; "
+            f"available: {', '.join(options)}"
+        )
+    return value
+
+
 def _round_half_up(x: float) -> int:
-    # Python's round() sends 2.5 to 2 and 3.5 to 4 (banker's rounding); a budget schedule should
-    # not zig-zag like that, so ties go up.
     return math.floor(x + 0.5)
 
 
@@ -50,9 +68,10 @@ def clamp_autonomous(requested: Any, pool_size: int) -> int:
 
     `requested` comes from untrusted LLM output, so it may be anything: an int, a numeric string
     (`"3"`), a float, `None`, or garbage. A usable number is rounded half up and clamped to
-    `[1, pool_size]` (a step always tries at least one edit when there is one, just as every
-    budget is at least 1); anything unusable means the LLM gave no limit, so the whole pool is
-    kept, which is what "autonomous: no cap" meant in the original. An empty pool keeps 0.
+    `[1, pool_size]`: the optimizer was asked because there are edits to weigh, and a step that
+    keeps none of them would spend its rollouts and reflections for nothing. Anything unusable
+    means the LLM gave no limit, so the whole pool is kept, which is what "autonomous: no cap"
+    means. An empty pool keeps 0.
     """
     pool_size = max(0, int(pool_size))
     if pool_size == 0:
@@ -69,66 +88,67 @@ def clamp_autonomous(requested: Any, pool_size: int) -> int:
     return min(pool_size, max(1, _round_half_up(requested)))
 
 
-class EditBudgetScheduler:
+class LRScheduler(ABC):
     """The budget (number of edits kept) of each 1-indexed step.
 
-    With `T = total_steps`, `W = warmup_steps` and decay progress
-    `p = (step - W - 1) / (T - W - 1)` (0 at the first step after warm-up, 1 at step `T`):
+    Subclasses implement `_compute_lr(step)`; `step()` advances the position by one and returns
+    that step's budget, `get_lr(step)` gives any step's budget without moving. A subclass that
+    only calls `super().__init__(max_lr, min_lr, total_steps)` and overrides `_compute_lr`
+    works as it did with SkillOpt.
 
-    - `constant`: `max_lr` at every step.
-    - `linear`: `max_lr + (min_lr - max_lr) * p`; step `W + 1` gets `max_lr`, step `T` gets
-      `min_lr`, and the steps between fall on a straight line.
-    - `cosine`: `min_lr + (max_lr - min_lr) * (1 + cos(pi * p)) / 2`; `max_lr` at step `W + 1`,
-      `min_lr` at step `T`, falling slowly at both ends and fastest in the middle.
-    - `autonomous`: no cap; `get_lr` returns `AUTONOMOUS_BUDGET` (999) and the optimizer LLM
-      chooses the count, clamped to the ranked pool by `clamp_autonomous`.
+    The keyword options are honed's (see `build_scheduler`): `warmup_steps`, `anchor`,
+    `rounding`. The built-in schedules read them through `_anneal`; a custom `_compute_lr` may
+    use them or not.
 
-    Every budget is rounded half up and never below `min_lr`. Steps past `T` hold the value of
-    step `T`; steps before 1 get the value of step 1. With `T <= 1` there is nothing to anneal
-    over and every step gets `max_lr`.
-
-    Warm-up (`W > 0`) ramps the budget linearly up from `min_lr` at step 1 towards `max_lr`,
-    which step `W + 1` reaches: `min_lr + (max_lr - min_lr) * (step - 1) / W`. For an edit budget
-    this means the first steps, which reflect on a young skill and have no rejected edits to learn
-    from yet, change the skill a little at a time, so the gate can tell which edits helped. The
-    decay then runs over steps `W + 1 .. T`. Warm-up needs `T > W` and has no meaning for
-    `autonomous`.
-
-    `load_state_dict` restores the whole state, settings included (as `torch.optim` schedulers
-    do), so a resumed run continues the schedule it started with.
+    The state is the position only (`{"current_step": n}`, as SkillOpt writes it); the
+    settings are the constructor's. A resumed run rebuilds the schedule from the config in
+    force and loads the position, so later steps get the budgets that config gives them.
     """
+
+    mode: ClassVar[str] = "custom"
+    # Whether the budget moves from max_lr to min_lr, which then must not exceed max_lr.
+    anneals: ClassVar[bool] = False
 
     def __init__(
         self,
-        mode: str = "constant",
-        max_lr: int = 8,
-        min_lr: int = 2,
-        total_steps: int = 8,
+        max_lr: int,
+        min_lr: int,
+        total_steps: int,
+        *,
         warmup_steps: int = 0,
+        anchor: str = "last",
+        rounding: str = "half_even",
     ) -> None:
-        if mode not in MODES:
-            raise ValueError(
-                f"unknown edit-budget schedule mode {mode!r}{did_you_mean(str(mode), MODES)}; "
-                f"available modes: {', '.join(MODES)}"
-            )
-        self.mode = mode
-        self.max_lr = _whole("max_lr", max_lr, 1)
-        self.min_lr = _whole("min_lr", min_lr, 1)
-        if self.min_lr > self.max_lr:
-            raise ValueError(
-                f"min_lr ({self.min_lr}) must not exceed max_lr ({self.max_lr}): the budget "
-                "anneals from max_lr down to min_lr"
-            )
+        self.max_lr = _whole("max_lr", max_lr, 0)
+        self.min_lr = _whole("min_lr", min_lr, 0)
         self.total_steps = _whole("total_steps", total_steps, None)
         self.warmup_steps = _whole("warmup_steps", warmup_steps, 0)
-        if self.warmup_steps and mode == "autonomous":
-            raise ValueError("warmup_steps has no meaning in autonomous mode (there is no cap)")
+        self.anchor = _choice("anchor", anchor, ANCHORS)
+        self.rounding = _choice("rounding", rounding, ROUNDINGS)
+        if self.min_lr > self.max_lr and (self.anneals or self.warmup_steps):
+            raise ValueError(
+                f"min_lr ({self.min_lr}) must not exceed max_lr ({self.max_lr}): the budget "
+                "moves between max_lr and min_lr"
+            )
         if self.warmup_steps and self.warmup_steps >= self.total_steps:
             raise ValueError(
                 f"warmup_steps ({self.warmup_steps}) must be less than total_steps "
                 f"({self.total_steps}) so that the schedule reaches max_lr"
             )
-        self.current_step = 0
+        self._current_step = 0
+
+    @abstractmethod
+    def _compute_lr(self, step: int) -> int:
+        """The budget of 1-indexed `step`."""
+
+    def step(self) -> int:
+        """Advance one step (the first call is step 1) and return that step's budget."""
+        self._current_step += 1
+        return self._compute_lr(self._current_step)
+
+    def get_lr(self, step: int) -> int:
+        """The budget of 1-indexed `step`, without moving the schedule."""
+        return self._compute_lr(step)
 
     @property
     def is_autonomous(self) -> bool:
@@ -137,59 +157,125 @@ class EditBudgetScheduler:
 
     clamp_autonomous = staticmethod(clamp_autonomous)
 
-    def get_lr(self, step: int) -> int:
-        """The budget of 1-indexed `step` (see the class docstring for the formulas)."""
-        if self.mode == "autonomous":
-            return AUTONOMOUS_BUDGET
-        step = max(1, step)
-        if self.total_steps <= 1:
-            return self.max_lr
-        step = min(step, self.total_steps)
-        lo, hi, warm = self.min_lr, self.max_lr, self.warmup_steps
-        if step <= warm:
-            value = lo + (hi - lo) * (step - 1) / warm
-        elif self.mode == "constant" or self.total_steps - warm <= 1:
-            value = hi
-        else:
-            p = (step - warm - 1) / (self.total_steps - warm - 1)
-            if self.mode == "linear":
-                value = hi + (lo - hi) * p
-            else:
-                value = lo + (hi - lo) * (1 + math.cos(math.pi * p)) / 2
-        return max(lo, _round_half_up(value))
-
-    def step(self) -> int:
-        """Advance one step (the first call is step 1) and return that step's budget."""
-        self.current_step += 1
-        return self.get_lr(self.current_step)
-
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "mode": self.mode,
-            "max_lr": self.max_lr,
-            "min_lr": self.min_lr,
-            "total_steps": self.total_steps,
-            "warmup_steps": self.warmup_steps,
-            "current_step": self.current_step,
-        }
+        return {"current_step": self._current_step}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        restored = EditBudgetScheduler(
-            mode=state["mode"],
-            max_lr=state["max_lr"],
-            min_lr=state["min_lr"],
-            total_steps=state["total_steps"],
-            warmup_steps=state.get("warmup_steps", 0),
-        )
-        restored.current_step = _whole("current_step", state["current_step"], 0)
-        self.__dict__.update(restored.__dict__)
+        """Restore the position. Tolerant, as SkillOpt's is: a missing or unusable
+        `current_step` means 0 and a negative one is 0; other keys (settings written by
+        earlier honed versions) are ignored, because the settings are the constructor's."""
+        try:
+            self._current_step = max(0, int(state.get("current_step", 0)))
+        except (TypeError, ValueError, OverflowError):
+            self._current_step = 0
+
+    def _anneal(self, step: int, curve: Callable[[float], float]) -> int:
+        """The budget of `step` for a decay `curve(t)` from max_lr (t = 0) to min_lr (t = 1).
+
+        With `T = total_steps` and `W = warmup_steps`, steps `W + 1 .. T` follow the curve
+        exactly as a schedule of `T - W` steps would (any schedule of at most one step gives
+        max_lr), and steps past `T` hold the last value:
+
+        - anchor `last`: decay step `j` (1-based) is at `t = j / (T - W)`; the warm-up climbs
+          from min_lr in a straight line and reaches max_lr at step `W`.
+        - anchor `both`: decay step `j` is at `t = (j - 1) / (T - W - 1)`; the warm-up starts
+          at min_lr at step 1 and reaches max_lr at step `W + 1`, the first decay step.
+
+        With `W = 0` and anchor `last` this is SkillOpt's formula. The value is rounded as
+        `rounding` says and never below min_lr. Steps before the first are clamped to the
+        start of the schedule (max_lr without warm-up), never above it.
+        """
+        total, warm = self.total_steps, self.warmup_steps
+        if total <= 1:
+            return self.max_lr
+        lo, hi = self.min_lr, self.max_lr
+        if self.anchor == "last":
+            k = min(max(step, 0), total)
+            if k < warm:
+                value = lo + (hi - lo) * k / warm
+            else:
+                n = total - warm
+                value = hi if n <= 1 else curve((k - warm) / n)
+        else:
+            k = min(max(step, 1), total)
+            if k <= warm:
+                value = lo + (hi - lo) * (k - 1) / warm
+            else:
+                n = total - warm
+                value = hi if n <= 1 else curve((k - warm - 1) / (n - 1))
+        rounded = round(value) if self.rounding == "half_even" else _round_half_up(value)
+        return max(lo, rounded)
 
     def __repr__(self) -> str:
         return (
-            f"EditBudgetScheduler(mode={self.mode!r}, max_lr={self.max_lr}, "
-            f"min_lr={self.min_lr}, total_steps={self.total_steps}, "
-            f"warmup_steps={self.warmup_steps}, current_step={self.current_step})"
+            f"{type(self).__name__}(max_lr={self.max_lr}, min_lr={self.min_lr}, "
+            f"total_steps={self.total_steps}, warmup_steps={self.warmup_steps}, "
+            f"anchor={self.anchor!r}, rounding={self.rounding!r}, "
+            f"current_step={self._current_step})"
         )
+
+
+class ConstantScheduler(LRScheduler):
+    """`max_lr` at every step (after the warm-up, if any)."""
+
+    mode = "constant"
+
+    def _compute_lr(self, step: int) -> int:
+        # Without warm-up min_lr plays no part (and may exceed max_lr, as SkillOpt allows).
+        if not self.warmup_steps:
+            return self.max_lr
+        return self._anneal(step, lambda t: self.max_lr)
+
+
+class LinearScheduler(LRScheduler):
+    """A straight line from `max_lr` down to `min_lr`: `max_lr + (min_lr - max_lr) * t`."""
+
+    mode = "linear"
+    anneals = True
+
+    def _compute_lr(self, step: int) -> int:
+        return self._anneal(step, lambda t: self.max_lr + (self.min_lr - self.max_lr) * t)
+
+
+class CosineScheduler(LRScheduler):
+    """Half a cosine from `max_lr` down to `min_lr`, falling slowly at both ends and fastest in
+    the middle: `min_lr + 0.5 * (max_lr - min_lr) * (1 + cos(pi * t))`."""
+
+    mode = "cosine"
+    anneals = True
+
+    def _compute_lr(self, step: int) -> int:
+        return self._anneal(
+            step,
+            lambda t: self.min_lr + 0.5 * (self.max_lr - self.min_lr) * (1 + math.cos(math.pi * t)),
+        )
+
+
+class AutonomousScheduler(LRScheduler):
+    """No cap: every step's budget is `NO_LIMIT` and the optimizer LLM's ranking reply says how
+    many edits to keep, clamped to the pool by `clamp_autonomous`."""
+
+    mode = "autonomous"
+    NO_LIMIT: ClassVar[int] = NO_LIMIT
+
+    def __init__(
+        self, max_lr: int, min_lr: int, total_steps: int, *, warmup_steps: int = 0, **options: str
+    ) -> None:
+        if warmup_steps:
+            raise ValueError("warmup_steps has no meaning in autonomous mode (there is no cap)")
+        super().__init__(max_lr, min_lr, total_steps, **options)
+
+    def _compute_lr(self, step: int) -> int:
+        return self.NO_LIMIT
+
+
+_REGISTRY: dict[str, type[LRScheduler]] = {
+    "constant": ConstantScheduler,
+    "linear": LinearScheduler,
+    "cosine": CosineScheduler,
+    "autonomous": AutonomousScheduler,
+}
+MODES = tuple(_REGISTRY)
 
 
 def build_scheduler(
@@ -198,9 +284,25 @@ def build_scheduler(
     min_lr: int = 2,
     total_steps: int = 8,
     warmup_steps: int = 0,
-) -> EditBudgetScheduler:
-    """The edit-budget schedule for a skill run (same signature as the original, plus warm-up).
+    *,
+    anchor: str = "last",
+    rounding: str = "half_even",
+) -> LRScheduler:
+    """The edit-budget schedule `mode` (SkillOpt's signature and defaults, plus honed's options).
 
-    Raises `ValueError` for an unknown mode (naming the available ones) and for invalid bounds.
+    - `warmup_steps`: climb from min_lr to max_lr over the first steps before decaying (see
+      `LRScheduler._anneal`); 0, the default, is SkillOpt's schedule.
+    - `anchor`: `last` (default, SkillOpt) or `both` (step 1 gets max_lr, step T min_lr).
+    - `rounding`: `half_even` (default, SkillOpt: Python's round()) or `half_up`.
+
+    Raises `ValueError` for an unknown mode or option (naming the available ones) and for
+    invalid bounds.
     """
-    return EditBudgetScheduler(mode, max_lr, min_lr, total_steps, warmup_steps)
+    if mode not in _REGISTRY:
+        raise ValueError(
+            f"unknown edit-budget schedule mode {mode!r}{did_you_mean(str(mode), MODES)}; "
+            f"available modes: {', '.join(MODES)}"
+        )
+    return _REGISTRY[mode](
+        max_lr, min_lr, total_steps, warmup_steps=warmup_steps, anchor=anchor, rounding=rounding
+    )

@@ -10,10 +10,11 @@ At an epoch's end: optional consolidation of the protected guidance region, and 
 is cleared. The best skill by selection score is kept in `best_skill.md`; at the end the initial
 and best skills are evaluated on the held-out split and `summary.json` is written.
 
-Everything with state (scheduler, sampler, step buffer, token counts, skill versions, scores)
-is saved in `state.json` after every step, and target answers are cached on disk by skill
-hash, so `--resume` continues after the last finished step, spends nothing twice, and ends with
-the same skills as an uninterrupted run.
+Everything with state (the schedule's position, sampler, step buffer, token counts, skill
+versions, scores) is saved in `state.json` after every step, and target answers are cached on
+disk by skill hash, so `--resume` continues after the last finished step, spends nothing twice,
+and ends with the same skills as an uninterrupted run. The settings come from the config in
+force, not the checkpoint (`honed.skills.resume`), and a finished run is left as it is.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import yaml
+from rich.markup import escape
 
 from honed.config import dump_config
 from honed.envs.base import SingleTurnEnv
@@ -39,6 +43,7 @@ from honed.skills.document import SkillDocument, SkillFormatError
 from honed.skills.gate import Gate, GateDecision
 from honed.skills.merge import MergeResult, dedupe, llm_merge, rank
 from honed.skills.reflect import StepBuffer, minibatches, reflect
+from honed.skills.resume import Change, check_changes, config_changes
 from honed.skills.rollout import (
     Rollout,
     RolloutCache,
@@ -50,7 +55,6 @@ from honed.skills.rollout import (
     metrics,
 )
 from honed.skills.rundir import SkillRunDir
-from honed.skills.schedule import build_scheduler
 from honed.types import Group, Item, Trajectory, derive_seed
 
 log = logging.getLogger(__name__)
@@ -98,11 +102,8 @@ class SkillTrainer:
         self.sampler = Sampler.from_config(self.envs, config.envs, config.curriculum, config.seed)
         train_items = sum(len(env.items("train")) for env in self.envs.values())
         self.steps_per_epoch, self.total_steps = config.total_steps(train_items)
-        s = config.schedule
         try:
-            self.scheduler = build_scheduler(
-                s.mode, s.max_lr, s.min_lr, s.total_steps or self.total_steps, s.warmup_steps
-            )
+            self.scheduler = config.schedule.build(self.total_steps)
         except ValueError as exc:
             raise HonedError(f"schedule: {exc}") from None
         self.gate = Gate(config.gate)
@@ -129,13 +130,24 @@ class SkillTrainer:
         self.target.close()
         self.optimizer.close()
 
-    def setup(self, resume: bool) -> None:
+    def setup(self, resume: bool) -> bool:
+        """Start a run, or load the one to resume; False when that one had already finished, in
+        which case nothing is written (no second evaluation or summary)."""
         self.run.create()
         state = self.run.read_state() if resume else None
         if resume and state is None:
             self.reporter.note(f"nothing to resume in {self.run.path}: starting a new run")
         if state is None:
             self.run.discard_progress()
+        else:  # checked and loaded before anything is written: a refused resume changes nothing
+            changes = self._check_resume(state)
+            self.load_state_dict(state)
+            self.reporter.note(f"resuming {self.run.path} after step {self.step}")
+            for change in changes:
+                self.reporter.note(escape(str(change)))
+            if self._finished():
+                self.reporter.note(f"the run finished after step {self.step}: nothing to do")
+                return False
         self.run.write_config(dump_config(self.config))
         self.cache = RolloutCache(self.run.cache_path)
         self.runner = TargetRunner(self.target, self.envs, self.config.skill.preamble, self.cache)
@@ -143,12 +155,10 @@ class SkillTrainer:
         if note:
             self.reporter.note(note)
         if state is not None:
-            self.load_state_dict(state)
             self.run.discard_after(self.step, len(self.versions), self.epochs_closed)
             self.current = self.run.skills.load(self.current_version)
             atomic_write_text(self.run.best_path, self.run.skills.load(self.best_version).text)
-            self.reporter.note(f"resumed {self.run.path} after step {self.step}")
-            return
+            return True
         try:
             initial = SkillDocument(self.config.skill.initial_text())
         except SkillFormatError as exc:
@@ -161,6 +171,7 @@ class SkillTrainer:
         self.current_version = self.best_version = self.epoch_start_version = 1
         atomic_write_text(self.run.best_path, initial.text)
         self.save_state()
+        return True
 
     def score(self, skill: SkillDocument, stage: str) -> tuple[Scores, list[Rollout]]:
         """The skill's scores on the gate's selection items (cached by skill hash)."""
@@ -168,6 +179,33 @@ class SkillTrainer:
         return aggregate(rollouts), rollouts
 
     # ------------------------------------------------------------------ state
+
+    def _check_resume(self, state: dict[str, Any]) -> list[Change]:
+        """The settings the config in force changes against the run's; refuses (exit code 2)
+        a state this honed cannot read and a change that cannot apply to the run."""
+        if state.get("format") != STATE_FORMAT:
+            raise HonedError(
+                f"{self.run.state_path} has state format {state.get('format')!r}, this honed "
+                f"writes {STATE_FORMAT}; start a new run"
+            )
+        before = state.get("config")
+        if before is None and self.run.config_path.is_file():  # states written before it held it
+            try:
+                before = yaml.safe_load(self.run.config_path.read_text(encoding="utf-8"))
+            except yaml.YAMLError:
+                before = None
+        changes = (
+            config_changes(before, self.config.model_dump(mode="json"))
+            if isinstance(before, dict)
+            else []
+        )
+        check_changes(
+            changes,
+            state["step"],
+            steps_per_epoch=(state.get("steps_per_epoch"), self.steps_per_epoch),
+            total_steps=self.total_steps,
+        )
+        return changes
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -186,14 +224,14 @@ class SkillTrainer:
             "usage": self.usage.state_dict(),
             "history": self.history,
             "versions": self.versions,
+            # the settings this state was reached with, to say what a resume changes
+            "config": self.config.model_dump(mode="json"),
+            "steps_per_epoch": self.steps_per_epoch,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("format") != STATE_FORMAT:
-            raise HonedError(
-                f"{self.run.state_path} has state format {state.get('format')!r}, this honed "
-                f"writes {STATE_FORMAT}; start a new run"
-            )
+        """Restore the run's state; the schedule keeps the config's settings and takes only its
+        position, so later steps get the budgets the config in force gives them."""
         self.step = state["step"]
         self.epochs_closed = state["epochs_closed"]
         self.current_version = state["current_version"]
@@ -405,9 +443,14 @@ class SkillTrainer:
 
     # ------------------------------------------------------------------ the loop
 
+    def _finished(self) -> bool:
+        """Whether the run has done all its steps and written its summary."""
+        return self.step >= self.total_steps and self.run.read_summary().get("steps") == self.step
+
     def train(self, resume: bool = False) -> dict[str, Any]:
         started = time.perf_counter()
-        self.setup(resume)
+        if not self.setup(resume):
+            return self.run.read_summary()
         if self._epoch_ends_now():  # a resumed run that stopped right at an epoch's end
             self.close_epoch()
         with self.reporter.task("skill steps", self.total_steps, start=self.step) as advance:

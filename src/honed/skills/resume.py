@@ -1,0 +1,140 @@
+"""What `honed skills train --resume` takes from the checkpoint and what from the config.
+
+The checkpoint (`state.json`) supplies the *state*: the step reached, the skill versions, the
+scores, the sampler, the step buffer, the schedule's position. The config in force supplies the
+*settings*: a resumed run with another schedule, budget or number of steps follows the new
+config from the next step on, exactly as a run started with it would at those steps. Each
+changed setting is reported in one line (`schedule.mode: cosine -> linear`).
+
+A few settings cannot apply to a run in progress, and changing one stops the resume (exit code
+2) before anything is written, naming the key:
+
+- `skill.init`: the run's initial skill is version 1, already scored and built upon;
+- the environments (`envs`: how many, their `name` and `type`): the sampler's state and every
+  recorded score belong to them;
+- `curriculum.n_bins`: the sampler's curriculum state holds the items sorted into those bins;
+- the selection items (`gate.split`, `gate.num_items`): the current and best skills' scores,
+  which every later candidate is compared with, were measured on them;
+- the steps per epoch (`train.steps_per_epoch`, or `train.batch_size` when that derives it),
+  once a step is done: the steps so far were cut into epochs (step buffer, consolidation);
+- a length shorter than the steps already done (`train.max_steps`, `train.epochs`, ...).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from honed.config import config_changes as settings_changes
+from honed.errors import HonedError
+
+# Where the run is written is not a training setting (and `--run-dir` overrides it).
+IGNORED = ("run_dir",)
+# What honed wrote before these schedule keys existed: a run started then used these values.
+SCHEDULE_BEFORE_ANCHOR = {"anchor": "both", "rounding": "half_up"}
+# Longest value shown in a change line; longer ones (an inline skill) are cut.
+SHOWN_CHARS = 60
+
+
+@dataclass(frozen=True)
+class Change:
+    """One setting that differs between the run's config and the config in force."""
+
+    key: str
+    before: Any
+    after: Any
+
+    def __str__(self) -> str:
+        return f"{self.key}: {_show(self.before)} -> {_show(self.after)}"
+
+
+def _show(value: Any) -> str:
+    """As `honed.config.format_change` shows a value (strings bare, the rest as JSON), but on
+    one line and cut short: a change of an inline skill must not flood the terminal."""
+    text = value if isinstance(value, str) and "\n" not in value else json.dumps(value)
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
+
+
+def config_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Change]:
+    """The settings that differ between two resolved configs (as `model_dump(mode="json")`),
+    found as for GRPO (`honed.config.config_changes`) but for the run directory. A run started
+    before the schedule had `anchor` and `rounding` is compared as having used what honed did
+    then."""
+    schedule = before.get("schedule")
+    if isinstance(schedule, Mapping) and "anchor" not in schedule:
+        before = {**before, "schedule": {**schedule, **SCHEDULE_BEFORE_ANCHOR}}
+    return [Change(*c) for c in settings_changes(before, after) if c[0] not in IGNORED]
+
+
+def check_changes(
+    changes: list[Change],
+    steps_done: int,
+    steps_per_epoch: tuple[int | None, int],
+    total_steps: int,
+) -> None:
+    """Refuse (HonedError, exit code 2) a change that cannot apply to the run in progress.
+
+    `steps_per_epoch` is (the run's, the config's) number of steps per epoch, the run's None in
+    a state written before honed recorded it; `total_steps` is the config's run length.
+    """
+    for change in changes:
+        reason = _fixed(change.key)
+        if reason:
+            _refuse(change, reason)
+    before, after = steps_per_epoch
+    if steps_done and before is not None and before != after:
+        _refuse(
+            _cause(changes, ("train.steps_per_epoch", "train.batch_size"))
+            or Change("train.steps_per_epoch", before, after),  # the training data changed
+            f"it makes epochs of {after} steps instead of {before}, and the run's {steps_done} "
+            f"steps so far were cut into epochs of {before} (step buffer, consolidation); set "
+            f"train.steps_per_epoch: {before} to keep them",
+        )
+    if total_steps < steps_done:
+        _refuse(
+            _cause(
+                changes,
+                ("train.max_steps", "train.epochs", "train.steps_per_epoch", "train.batch_size"),
+            )
+            or "the run's length",
+            f"the config in force makes a run of {total_steps} steps and this one has done "
+            f"{steps_done}",
+        )
+
+
+def _fixed(key: str) -> str | None:
+    """Why the setting `key` cannot change in a run in progress, or None if it can."""
+    if key == "skill.init":
+        return "the run's initial skill is version 1, already scored and built upon"
+    if key == "envs" or (key.startswith("envs.") and key.endswith((".name", ".type"))):
+        return "the sampler's state and every recorded score belong to the run's environments"
+    if key == "curriculum.n_bins":
+        return "the sampler's curriculum state holds the items sorted into that many bins"
+    if key in ("gate.split", "gate.num_items"):
+        return (
+            "the current and best skills' scores, which every candidate is compared with, were "
+            "measured on the run's selection items"
+        )
+    return None
+
+
+def _cause(changes: list[Change], keys: tuple[str, ...]) -> Change | None:
+    """The first change among `keys` or the environments' arguments: the settings a derived
+    value (steps per epoch, run length) comes from."""
+    for change in changes:
+        if change.key in keys or (change.key.startswith("envs.") and ".args." in change.key):
+            return change
+    return None
+
+
+def _refuse(cause: Change | str, reason: str) -> None:
+    what = (
+        f"{cause.key} cannot change when resuming ({cause})"
+        if isinstance(cause, Change)
+        else f"{cause} cannot change when resuming"
+    )
+    raise HonedError(
+        f"{what}: {reason}; start a new run (--overwrite or another --run-dir) instead"
+    )
