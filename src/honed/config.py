@@ -443,11 +443,20 @@ def config_changes(
     return changes
 
 
+# Longest value a change line shows; longer ones (an inline skill document) are cut.
+SHOWN_CHARS = 60
+
+
 def format_change(key: str, before: Any, after: Any) -> str:
-    """One line per changed setting, as a resumed run prints it: `trainer.max_steps: 4 -> 8`."""
+    """One line per changed setting, as a resumed run prints it: `trainer.max_steps: 4 -> 8`.
+
+    Strings are shown bare and other values as JSON, always on one line and cut at
+    `SHOWN_CHARS`, so that a changed inline document cannot flood the terminal.
+    """
 
     def show(value: Any) -> str:
-        return value if isinstance(value, str) else json.dumps(value)
+        text = value if isinstance(value, str) and "\n" not in value else json.dumps(value)
+        return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
 
     return f"{key}: {show(before)} -> {show(after)}"
 

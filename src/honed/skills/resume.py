@@ -22,20 +22,18 @@ A few settings cannot apply to a run in progress, and changing one stops the res
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from honed.config import config_changes as settings_changes
+from honed.config import format_change
 from honed.errors import HonedError
 
 # Where the run is written is not a training setting (and `--run-dir` overrides it).
 IGNORED = ("run_dir",)
 # What honed wrote before these schedule keys existed: a run started then used these values.
 SCHEDULE_BEFORE_ANCHOR = {"anchor": "both", "rounding": "half_up"}
-# Longest value shown in a change line; longer ones (an inline skill) are cut.
-SHOWN_CHARS = 60
 
 
 @dataclass(frozen=True)
@@ -47,14 +45,7 @@ class Change:
     after: Any
 
     def __str__(self) -> str:
-        return f"{self.key}: {_show(self.before)} -> {_show(self.after)}"
-
-
-def _show(value: Any) -> str:
-    """As `honed.config.format_change` shows a value (strings bare, the rest as JSON), but on
-    one line and cut short: a change of an inline skill must not flood the terminal."""
-    text = value if isinstance(value, str) and "\n" not in value else json.dumps(value)
-    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
+        return format_change(self.key, self.before, self.after)
 
 
 def config_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Change]:
