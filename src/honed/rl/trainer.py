@@ -6,9 +6,10 @@
 
 Rollouts go through a backend (`honed.distributed`): in this process by default, or on Ray
 workers or inference servers, possibly `max_staleness` steps ahead. The trainer alone owns the
-sampler, curricula, normalisers and optimizer. Everything with state (policy, optimizer,
-scheduler, sampler, RNGs, requests submitted ahead) goes into each checkpoint, so `--resume`
-continues bit-for-bit on CPU in synchronous mode.
+sampler, curricula, normalisers and optimizer. Everything with state (policy, optimizer
+moments, step, sampler, RNGs, requests submitted ahead) goes into each checkpoint, so
+`--resume` continues bit-for-bit on CPU in synchronous mode; settings (the learning-rate
+schedule, hyperparameters) come from the config in force.
 """
 
 from __future__ import annotations
@@ -240,7 +241,7 @@ class GRPOTrainer:
         apply to a run in progress stops the resume (exit code 2) before anything is written.
         """
         before = state.get("config")
-        if before is None and self.run.config_path.is_file():  # checkpoints before 0.1.1
+        if before is None and self.run.config_path.is_file():  # a checkpoint without it
             before = yaml.safe_load(self.run.config_path.read_text())
         if not isinstance(before, dict):
             return []
@@ -269,7 +270,6 @@ class GRPOTrainer:
             "step": self.step,
             "rollouts_generated": self.rollouts_generated,
             "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
             "sampler": self.sampler.state_dict(),
             "reward_norm": {name: n.state_dict() for name, n in self.normalizers.items()},
             "rng": rng_state(),
