@@ -5,6 +5,9 @@ environment gets (`EnvironmentMixture`: by weight, with a guaranteed minimum sha
 training items those are (one `CurriculumScheduler` per environment, fed back each group's mean
 score). All randomness comes from their own generators, whose state is in every checkpoint, so a
 resumed run draws the same items. The GRPO and skill loops share this class.
+
+The config supplies the settings and a checkpoint the state: `load_state_dict` restores the
+scores, counts and generators, then re-applies the config in force and says what changed.
 """
 
 from __future__ import annotations
@@ -12,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from honed.config import CurriculumConfig, EnvConfig
+from honed.config import CurriculumConfig, EnvConfig, format_change
 from honed.envs.base import Environment
 from honed.errors import HonedError
-from honed.sampling.curriculum import CurriculumScheduler
+from honed.sampling.curriculum import SETTINGS, CurriculumScheduler
 from honed.sampling.mixture import EnvironmentMixture
 from honed.types import Group, Item, derive_seed
 
@@ -38,20 +41,13 @@ class Sampler:
         )
         self.items: dict[str, dict[str, Item]] = {}
         self.curricula: dict[str, CurriculumScheduler] = {}
-        c = self.curriculum_config
         for name, env in self.envs.items():
             train = list(env.items("train"))
             if not train:
                 raise HonedError(f"environment '{name}' has no training items")
             self.items[name] = {item.key: item for item in train}
             scheduler = CurriculumScheduler(
-                strategy=c.strategy,
-                n_bins=c.n_bins,
-                temperature=c.temperature,
-                ema_alpha=c.ema_alpha,
-                competence_threshold=c.competence_threshold,
-                unseen_share=c.unseen_share,
-                seed=derive_seed(seed, "curriculum", name) % 2**31,
+                **self._scheduler_settings(), seed=derive_seed(seed, "curriculum", name) % 2**31
             )
             scheduler.register_items(self.items[name])
             self.curricula[name] = scheduler
@@ -83,18 +79,26 @@ class Sampler:
             out += [items[curriculum.sample_item(step, total_steps)] for _ in range(count)]
         return out
 
+    def _scheduler_settings(self) -> dict[str, Any]:
+        c = self.curriculum_config
+        return {name: getattr(c, name) for name in SETTINGS}
+
     def observe(self, groups: Sequence[Group]) -> None:
         """Feed each group's scores to its environment's curriculum.
 
-        The curriculum tracks exact-task success by default (a rate in [0, 1], which the
-        `frontier` strategy needs); `curriculum.score: reward` tracks the raw reward instead.
+        The curriculum tracks exact-task success by default (a rate in [0, 1], which `frontier`
+        and the `platanios` competence need); `curriculum.score: reward` tracks the raw reward
+        instead, mapped onto [0, 1] through `curriculum.reward_range` when that is given.
         """
-        use_reward = self.curriculum_config.score == "reward"
+        c = self.curriculum_config
+        use_reward = c.score == "reward"
         for g in groups:
             curriculum = self.curricula.get(g.env)
             if curriculum is None:
                 continue
             scores = [t.reward if use_reward else t.success for t in g.trajectories]
+            if c.reward_range is not None:
+                scores = [_unit(r, c.reward_range, g) for r in scores]
             curriculum.update_batch(g.item_key, scores)
 
     def metrics(self) -> dict[str, float]:
@@ -106,13 +110,65 @@ class Sampler:
                 out[f"{head}/{name}/{rest}"] = float(value)
         return out
 
+    def _own_settings(self) -> dict[str, Any]:
+        """The curriculum settings the sampler applies itself (each curriculum holds the rest)."""
+        c = self.curriculum_config
+        return {
+            "score": c.score,
+            "reward_range": None if c.reward_range is None else list(c.reward_range),
+        }
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "mixture": self.mixture.state_dict(),
-            "curricula": {name: c.state_dict() for name, c in self.curricula.items()},
+            "curricula": {name: cur.state_dict() for name, cur in self.curricula.items()},
+            **self._own_settings(),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> list[str]:
+        """Restore a checkpoint's state under the settings of the config in force.
+
+        Each curriculum takes the checkpoint's scores, update count and generator (and, as its own
+        `load_state_dict` does, its settings); then the config's settings are applied again,
+        rebuilding the bins where `n_bins` changed. The mixture's state holds no settings. The
+        training items are registered again, so items added to a dataset since are drawn as
+        unseen ones. Returns one line per setting the config changes against the checkpoint,
+        `curriculum.n_bins: 5 -> 3`, in the config's key order.
+        """
         self.mixture.load_state_dict(state["mixture"])
+        changed: dict[str, tuple[Any, Any]] = {}
         for name, curriculum in self.curricula.items():
             curriculum.load_state_dict(state["curricula"][name])
+            unknown = [key for key in curriculum.item_keys() if key not in self.items[name]]
+            if unknown:
+                raise HonedError(
+                    f"the checkpoint's curriculum of environment '{name}' holds {len(unknown)} "
+                    f"items its training split lacks (e.g. '{unknown[0]}'); resume with the "
+                    "environment's data of that run"
+                )
+            for key, value in self._scheduler_settings().items():
+                before = getattr(curriculum, key)
+                setattr(curriculum, key, value)
+                if getattr(curriculum, key) != before:
+                    changed.setdefault(key, (before, getattr(curriculum, key)))
+            curriculum.register_items(self.items[name])
+        for key, value in self._own_settings().items():
+            if key in state and state[key] != value:  # older checkpoints lack them
+                changed[key] = (state[key], value)
+        return [
+            format_change(f"curriculum.{key}", *changed[key])
+            for key in CurriculumConfig.model_fields
+            if key in changed
+        ]
+
+
+def _unit(reward: float, bounds: tuple[float, float], group: Group) -> float:
+    """A reward mapped from `curriculum.reward_range` onto [0, 1]; outside it, an error."""
+    lo, hi = bounds
+    if not lo <= reward <= hi:
+        raise HonedError(
+            f"environment '{group.env}' gave item '{group.item_key}' the reward {reward!r}, "
+            f"outside curriculum.reward_range [{lo}, {hi}]; widen the range to cover every reward "
+            "(partial credit, penalties and KL terms included)"
+        )
+    return (reward - lo) / (hi - lo)
