@@ -10,6 +10,7 @@ and so do their defaults, so a TRL user's settings carry over.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -161,17 +162,54 @@ class SFTConfig(Strict):
 class CurriculumConfig(Strict):
     """Which items each environment practises (one `CurriculumScheduler` per environment).
 
-    `score` is what updates an item's difficulty estimate: `success` (a rate in [0, 1], what the
-    `frontier` strategy assumes) or the raw `reward`.
+    `score` is what updates an item's difficulty estimate: `success` (a rate in [0, 1]) or the
+    raw `reward`. `frontier`, and `competence_based` with `competence: platanios`, read the score
+    as a success rate (p(1 - p); the share of items at or above `competence_threshold`), which a
+    reward is not in general (partial credit, penalties, KL): with `score: reward` they need
+    `reward_range: [lo, hi]`, every reward's bounds, and see (reward - lo) / (hi - lo); a reward
+    outside the range stops the run. Only the ranks of the scores matter to the other strategies.
+
+    `competence` chooses how `competence_based` picks bins: `platanios` (honed's, the default
+    here since honed's `competence_based` has always meant it) or `gaussian` (Atropos's formula,
+    the default of `CurriculumScheduler` itself; docs/migrating.md).
     """
 
     strategy: Literal["uniform", "easy_first", "competence_based", "frontier"] = "uniform"
+    competence: Literal["platanios", "gaussian"] = "platanios"
     n_bins: int = Field(5, ge=1)
     temperature: float = 1.0
     ema_alpha: float = 0.3
     competence_threshold: float = 0.5
     unseen_share: float | None = Field(None, ge=0, le=1)
     score: Literal["success", "reward"] = "success"
+    reward_range: tuple[float, float] | None = None
+
+    @model_validator(mode="after")
+    def _score_fits_strategy(self) -> CurriculumConfig:
+        if self.reward_range is not None:
+            lo, hi = self.reward_range
+            if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+                raise ValueError(
+                    "curriculum.reward_range must be [lo, hi] with finite lo < hi, "
+                    f"got [{lo}, {hi}]"
+                )
+            if self.score != "reward":
+                raise ValueError(
+                    "curriculum.reward_range maps rewards and applies only with "
+                    "curriculum.score: reward"
+                )
+        reads_rate = self.strategy == "frontier" or (
+            self.strategy == "competence_based" and self.competence == "platanios"
+        )
+        if reads_rate and self.score == "reward" and self.reward_range is None:
+            strategy = "frontier" if self.strategy == "frontier" else "competence_based (platanios)"
+            raise ValueError(
+                f"curriculum.score: reward cannot drive curriculum.strategy {strategy}, which "
+                "reads each score as a success rate in [0, 1]; use curriculum.score: success, "
+                "or give curriculum.reward_range: [lo, hi] (the bounds of every reward) to map "
+                "rewards onto [0, 1]"
+            )
+        return self
 
 
 class RewardNormConfig(Strict):

@@ -202,7 +202,11 @@ class GRPOTrainer:
                 self.cfg.weight_decay,
                 (self.cfg.adam_beta1, self.cfg.adam_beta2),
             )
-            self.sampler.load_state_dict(state["sampler"])
+            # the sampler restores its state and re-applies the config's curriculum settings;
+            # what it reports is already in resume_changes when the checkpoint has its config
+            known = {key for key, _, _ in self.resume_changes}
+            sampler_changes = self.sampler.load_state_dict(state["sampler"])
+            extra = [line for line in sampler_changes if line.partition(":")[0] not in known]
             for name, normalizer in self.normalizers.items():
                 normalizer.load_state_dict(state["reward_norm"][name])
             set_rng_state(state["rng"])
@@ -210,8 +214,8 @@ class GRPOTrainer:
             self.warmstart = state.get("warmstart", {})
             self.run.truncate_logs(self.step)
             self.reporter.note(f"resumed from {path} (step {self.step})")
-            for change in self.resume_changes:
-                self.reporter.note(format_change(*change))
+            for line in [format_change(*c) for c in self.resume_changes] + extra:
+                self.reporter.note(line)
         self.scheduler = build_lr_scheduler(
             self.optimizer,
             self.cfg.lr_scheduler_type,
