@@ -263,3 +263,22 @@ def test_resuming_a_finished_run_trains_nothing_and_logs_no_second_evaluation(tm
     assert again.run.read_jsonl(again.run.metrics_path) == rows
     assert resumed_summary["final_eval"] == summary["final_eval"]
     assert resumed_summary["steps"] == 4
+
+
+def test_curriculum_settings_of_the_config_in_force_apply_on_resume(tmp_path):
+    data = spread_env_data(tmp_path)
+    first = small_config(tmp_path, "trainer.max_steps=2", data=data)
+    GRPOTrainer(first, RunDir(tmp_path / "run")).train()
+    more = ("trainer.max_steps=3", "curriculum.n_bins=3", "curriculum.strategy=easy_first")
+    resumed = GRPOTrainer(small_config(tmp_path, *more, data=data), RunDir(tmp_path / "run"))
+    resumed.train(resume=True)
+    assert {key for key, _, _ in resumed.resume_changes} == {
+        "trainer.max_steps",
+        "curriculum.n_bins",
+        "curriculum.strategy",
+    }
+    curriculum = resumed.sampler.curricula["digits"]
+    assert curriculum.n_bins == 3 and curriculum.strategy == "easy_first"
+    # the scores of the first two steps were kept: 8 groups, then 4 more
+    assert curriculum.metrics_dict()["curriculum/total_updates"] == 12
+    assert len(resumed.run.read_summary()["environments"]["digits"]["curriculum_bins"]) == 3

@@ -93,11 +93,6 @@ def test_settings_that_can_apply_pass():
         ),
         ({**BEFORE, "envs": [{**BEFORE["envs"][0], "type": "dataset"}]}, "envs.0.type", "sampler"),
         ({**BEFORE, "envs": [*BEFORE["envs"], *BEFORE["envs"]]}, "envs", "sampler's state"),
-        (
-            {**BEFORE, "curriculum": {"strategy": "uniform", "n_bins": 3}},
-            "curriculum.n_bins",
-            "sorted into that many bins",
-        ),
         (changed(gate={"split": "test"}), "gate.split", "measured on the run's selection items"),
         (changed(gate={"num_items": 5}), "gate.num_items", "selection items"),
     ],

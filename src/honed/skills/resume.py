@@ -12,7 +12,6 @@ A few settings cannot apply to a run in progress, and changing one stops the res
 - `skill.init`: the run's initial skill is version 1, already scored and built upon;
 - the environments (`envs`: how many, their `name` and `type`): the sampler's state and every
   recorded score belong to them;
-- `curriculum.n_bins`: the sampler's curriculum state holds the items sorted into those bins;
 - the selection items (`gate.split`, `gate.num_items`): the current and best skills' scores,
   which every later candidate is compared with, were measured on them;
 - the steps per epoch (`train.steps_per_epoch`, or `train.batch_size` when that derives it),
@@ -101,8 +100,6 @@ def _fixed(key: str) -> str | None:
         return "the run's initial skill is version 1, already scored and built upon"
     if key == "envs" or (key.startswith("envs.") and key.endswith((".name", ".type"))):
         return "the sampler's state and every recorded score belong to the run's environments"
-    if key == "curriculum.n_bins":
-        return "the sampler's curriculum state holds the items sorted into that many bins"
     if key in ("gate.split", "gate.num_items"):
         return (
             "the current and best skills' scores, which every candidate is compared with, were "
