@@ -220,7 +220,11 @@ class MemoryEnv:
             outcome.results.append(result)
             if result.ok and call.name != DELETE and result.written is not None:
                 others = run.memory.others(result.store, result.memory_id)
-                outcome.verdicts.append(self.judge.validity(result.store, result.written, others))
+                verdict = self.judge.validity(result.store, result.written, others)
+                if verdict is None:
+                    outcome.judge_errors += 1
+                else:
+                    outcome.verdicts.append(verdict)
         run.prompts.append(prompt)
         run.samples.append(sample)
         run.outcomes.append(outcome)
@@ -260,6 +264,7 @@ class MemoryEnv:
                 "input_tokens": float(input_tokens),
                 "parse_failures": float(sum(o.parse_failed for o in run.outcomes)),
                 "calls": float(sum(len(o.results) for o in run.outcomes)),
+                "judge_errors": float(sum(o.judge_errors for o in run.outcomes)),
             },
             prompt_text=run.prompts[0] if run.prompts else "",
             completion_text="\n\n".join(run.log),

@@ -12,14 +12,21 @@ r4, which pays the agent to write something for every chunk, chatter included, a
 compression the task is about. Here a well-formed empty reply (`[]`) earns `no_call_credit`
 (default 1: nothing failed, nothing invalid was written), while a reply that cannot be parsed
 scores 0 on both. A chunk whose calls all failed gets r4 = 0.
+
+An LLM judge's reply is parsed strictly (`parse_verdict`): "Not valid." and `{"VALID": false}`
+are INVALID, and a reply that gives no verdict (empty, a refusal, an unfinished `<think>`,
+both words with nothing to decide between them) is no verdict at all. Such a write is left out
+of r4's mean and counted in the `judge_errors` component; a chunk none of whose writes got a
+verdict scores r4 = 0, as an unrecognised reply did in the official code.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from honed.envs.memory.retrieval import Chat
 from honed.envs.memory.store import CORE, EPISODIC, SEMANTIC, ToolResult
@@ -44,9 +51,10 @@ _WORDS = re.compile(r"\w+")
 
 
 class Judge(Protocol):
-    """Says whether one written entry is valid content for its store, in [0, 1]."""
+    """Says whether one written entry is valid content for its store, in [0, 1], or None when
+    it could not say (an LLM judge's reply without a verdict)."""
 
-    def validity(self, store: str, content: str, others: Sequence[str]) -> float: ...
+    def validity(self, store: str, content: str, others: Sequence[str]) -> float | None: ...
 
 
 @dataclass
@@ -97,7 +105,7 @@ class ChatJudge:
     def __init__(self, chat: Chat) -> None:
         self.chat = chat
 
-    def validity(self, store: str, content: str, others: Sequence[str]) -> float:
+    def validity(self, store: str, content: str, others: Sequence[str]) -> float | None:
         reply = self.chat.chat(
             [
                 {
@@ -107,8 +115,87 @@ class ChatJudge:
                 }
             ]
         )
-        verdict = reply.strip().upper()
-        return float("VALID" in verdict and "INVALID" not in verdict)
+        verdict = parse_verdict(reply)
+        return None if verdict is None else float(verdict)
+
+
+# One verdict mention: a negated "valid" first (so "not valid" is not read as "valid"), then
+# "invalid", then "valid"; whole words only.
+_MENTION = re.compile(
+    r"(?P<negated>\b(?:not|never|isn'?t|is\s+not|no)\s+(?:a\s+|an\s+)?valid\b)"
+    r"|(?P<invalid>\binvalid\b)|(?P<valid>\bvalid\b)",
+    re.IGNORECASE,
+)
+# A line that states the verdict: "Verdict: VALID", "Final answer - INVALID", "Answer: valid".
+_MARKER = re.compile(
+    r"^\W*(?:final\s+)?(?:verdict|answer|judg(?:e)?ment|decision|label|result)\W*[:=-]\s*(?P<rest>.*)$",
+    re.IGNORECASE,
+)
+_THINK = re.compile(r"<think>.*?</think>", re.IGNORECASE | re.DOTALL)
+# JSON keys that hold a verdict: a boolean under "valid"/"is_valid", a word under the others.
+_BOOL_KEYS = ("valid", "is_valid")
+_WORD_KEYS = ("verdict", "answer", "label", "result", "judgement", "judgment", "decision")
+
+
+def _mentions(text: str) -> list[bool]:
+    """The verdicts a text states, in order (True: valid)."""
+    return [m.lastgroup == "valid" for m in _MENTION.finditer(text)]
+
+
+def _agreed(verdicts: list[bool]) -> bool | None:
+    """The verdict when every mention agrees, None when there is none or they disagree."""
+    return verdicts[0] if verdicts and len(set(verdicts)) == 1 else None
+
+
+def _json_verdict(value: Any) -> bool | None:
+    """A verdict from a decoded JSON object (keys matched case-insensitively)."""
+    if not isinstance(value, dict):
+        return None
+    fields = {str(k).strip().lower(): v for k, v in value.items()}
+    for key in _BOOL_KEYS:
+        if isinstance(fields.get(key), bool):
+            return fields[key]
+    for key in _WORD_KEYS:
+        if isinstance(fields.get(key), bool):
+            return fields[key]
+        if isinstance(fields.get(key), str):
+            return _agreed(_mentions(fields[key]))
+    return None
+
+
+def parse_verdict(reply: str | None) -> bool | None:
+    """VALID (True), INVALID (False) or no verdict (None) from a judge's reply, strictly.
+
+    In order: reasoning in `<think>...</think>` is dropped (an unfinished one gives no
+    verdict); a JSON object decides by its `valid`/`is_valid` boolean or its
+    `verdict`/`answer`/... word; otherwise the last line that states a verdict ("Verdict:
+    INVALID") decides, then the last line if all its mentions agree, then the whole reply if
+    all its mentions agree. "not valid", "isn't valid" and "invalid" are INVALID. Anything else
+    (an empty reply, a refusal, "valid or invalid" with nothing to choose between them) is no
+    verdict.
+    """
+    text = _THINK.sub(" ", reply or "")
+    if "<think>" in text.lower():
+        return None
+    text = text.replace("*", "").replace("`", "").strip()
+    start, end = text.find("{"), text.rfind("}")
+    if 0 <= start < end:
+        try:
+            decoded = json.loads(text[start : end + 1])
+        except json.JSONDecodeError:
+            decoded = None
+        if isinstance(decoded, dict):
+            return _json_verdict(decoded)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in reversed(lines):
+        marker = _MARKER.match(line)
+        if marker:
+            return _agreed(_mentions(marker.group("rest")))
+    if lines:
+        last = _agreed(_mentions(lines[-1]))
+        if last is not None:
+            return last
+    return _agreed(_mentions(text))
 
 
 def make_judge(kind: str, chat: Chat | None = None) -> Judge:
@@ -128,11 +215,13 @@ def make_judge(kind: str, chat: Chat | None = None) -> Judge:
 
 @dataclass
 class ChunkOutcome:
-    """What one chunk's reply did: whether it parsed, each call's result, each write's verdict."""
+    """What one chunk's reply did: whether it parsed, each call's result, each write's verdict,
+    and how many writes the judge gave no verdict on."""
 
     parse_failed: bool
     results: list[ToolResult] = field(default_factory=list)
     verdicts: list[float] = field(default_factory=list)
+    judge_errors: int = 0
 
 
 def tool_success(outcome: ChunkOutcome, no_call_credit: float = 1.0) -> float:
@@ -148,7 +237,7 @@ def validity(outcome: ChunkOutcome, no_call_credit: float = 1.0) -> float:
     """r4_t: the mean verdict on the chunk's writes (see the module docstring for none)."""
     if outcome.verdicts:
         return sum(outcome.verdicts) / len(outcome.verdicts)
-    if outcome.parse_failed or any(not r.ok for r in outcome.results):
+    if outcome.parse_failed or outcome.judge_errors or any(not r.ok for r in outcome.results):
         return 0.0
     return no_call_credit
 
