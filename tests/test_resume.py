@@ -21,6 +21,7 @@ from honed.cli import main
 from honed.errors import HonedError
 from honed.rl.schedule import WarmupDecay
 from honed.rl.trainer import STATE_FILE, GRPOTrainer, TrainingInterrupted
+from honed.runs.progress import Reporter
 from honed.runs.rundir import RunDir
 
 # Per-step values that are timings, not results.
@@ -282,3 +283,40 @@ def test_curriculum_settings_of_the_config_in_force_apply_on_resume(tmp_path):
     # the scores of the first two steps were kept: 8 groups, then 4 more
     assert curriculum.metrics_dict()["curriculum/total_updates"] == 12
     assert len(resumed.run.read_summary()["environments"]["digits"]["curriculum_bins"]) == 3
+
+
+def test_reward_norm_settings_of_the_config_in_force_apply_on_resume(tmp_path):
+    data = spread_env_data(tmp_path)
+    norm = ("reward_norm.mode=zscore", "reward_norm.warmup=0", "trainer.scale_rewards=none")
+    GRPOTrainer(
+        small_config(tmp_path, *norm, "trainer.max_steps=2", data=data), RunDir(tmp_path / "run")
+    ).train()
+    more = (*norm, "trainer.max_steps=3", "reward_norm.clip=0.5")
+    resumed = GRPOTrainer(small_config(tmp_path, *more, data=data), RunDir(tmp_path / "run"))
+    resumed.setup(resume=True)
+    normalizer = resumed.normalizers["digits"]
+    assert normalizer.clip == 0.5 and normalizer.count == 2 * 4 * 4  # two steps' rewards kept
+    assert ("reward_norm.clip", 5.0, 0.5) in resumed.resume_changes
+    resumed.rollouts.close()
+
+
+def test_a_checkpoint_without_its_config_reports_what_the_state_itself_says(tmp_path, capsys):
+    """Checkpoints written before they held their config: the sampler and normalisers say
+    which of their settings the config in force changed."""
+    data = spread_env_data(tmp_path)
+    first = small_config(tmp_path, "trainer.max_steps=2", "reward_norm.mode=zscore", data=data)
+    GRPOTrainer(first, RunDir(tmp_path / "run")).train()
+    path = tmp_path / "run/checkpoints/step_2" / STATE_FILE
+    state = torch.load(path, weights_only=False)
+    del state["config"]
+    torch.save(state, path)
+    (tmp_path / "run/config.yaml").unlink()
+    more = ("trainer.max_steps=3", "reward_norm.mode=minmax", "curriculum.n_bins=2")
+    resumed = GRPOTrainer(
+        small_config(tmp_path, *more, data=data), RunDir(tmp_path / "run"), Reporter()
+    )
+    resumed.setup(resume=True)
+    resumed.rollouts.close()
+    out = capsys.readouterr().out
+    assert "curriculum.n_bins: 5 -> 2" in out and "reward_norm.mode: zscore -> minmax" in out
+    assert resumed.normalizers["digits"].mode == "minmax"

@@ -65,7 +65,8 @@ def test_degenerate_spread_gives_zeros_or_halves():
     assert RewardNormalizer(warmup=0, eps=0.0).normalize([7.0, 7.0]) == [0.0, 0.0]
     assert RewardNormalizer(warmup=0, eps=10.0).normalize([1.0, 3.0]) == [0.0, 0.0]
     assert RewardNormalizer(mode="minmax", warmup=0, eps=10.0).normalize([1.0, 3.0]) == [0.5, 0.5]
-    assert RewardNormalizer(warmup=0, eps=0.5).normalize([1.0, 3.0]) == [-1.0, 1.0]
+    # above eps the spread is divided by std + eps, as in Atropos
+    assert RewardNormalizer(warmup=0, eps=0.5).normalize([1.0, 3.0]) == [-1 / 1.5, 1 / 1.5]
 
 
 def test_mode_none_returns_scores_unchanged_and_records_nothing():

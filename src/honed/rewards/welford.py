@@ -3,8 +3,7 @@
 The textbook one-pass formula var = E[x²] − E[x]² loses every significant digit when the values
 are 1e9 plus small noise (and can even turn negative, giving a complex std). Welford's update
 and Chan et al.'s pairwise combination keep the sum of squared deviations (M2) directly, so
-they stay accurate; the combination also lets separate workers' statistics merge exactly and a
-whole batch be folded in with one vectorised step.
+they stay accurate; the combination also lets separate workers' statistics merge exactly.
 """
 
 from __future__ import annotations
@@ -17,27 +16,25 @@ import numpy as np
 
 
 class WelfordAccumulator:
-    """Count, mean, population variance, min and max of a stream of numbers."""
+    """Count, mean, population variance, min and max of a stream of numbers.
+
+    The interface and the arithmetic are Atropos's (`count` and `mean` attributes; `min_val` and
+    `max_val` read 0.0 while empty, when the stored extremes are ±inf; values folded in one at a
+    time, so `update_batch` gives bit for bit what Atropos computes). `merge` adds Chan's exact
+    combination of two accumulators, for statistics gathered on several workers.
+    """
 
     def __init__(self) -> None:
-        self._count = 0
-        self._mean = 0.0
+        self.count = 0
+        self.mean = 0.0
         self._m2 = 0.0  # sum of squared deviations from the mean
-        self._min = 0.0
-        self._max = 0.0
-
-    @property
-    def count(self) -> int:
-        return self._count
-
-    @property
-    def mean(self) -> float:
-        return self._mean
+        self._min = math.inf
+        self._max = -math.inf
 
     @property
     def variance(self) -> float:
         """Population variance; 0 below two samples."""
-        return self._m2 / self._count if self._count >= 2 else 0.0
+        return self._m2 / self.count if self.count >= 2 else 0.0
 
     @property
     def std(self) -> float:
@@ -45,70 +42,67 @@ class WelfordAccumulator:
 
     @property
     def min_val(self) -> float:
-        return self._min
+        return self._min if self.count > 0 else 0.0
 
     @property
     def max_val(self) -> float:
-        return self._max
+        return self._max if self.count > 0 else 0.0
 
-    def update(self, x: float) -> None:
-        x = float(x)
-        if not math.isfinite(x):
-            raise ValueError(f"cannot accumulate a non-finite value ({x!r})")
-        self._count += 1
-        delta = x - self._mean
-        self._mean += delta / self._count
-        self._m2 += delta * (x - self._mean)
-        if self._count == 1:
-            self._min = self._max = x
-        else:
-            self._min = min(self._min, x)
-            self._max = max(self._max, x)
+    def update(self, value: float) -> None:
+        value = float(value)
+        if not math.isfinite(value):
+            raise ValueError(f"cannot accumulate a non-finite value ({value!r})")
+        self.count += 1
+        delta = value - self.mean
+        self.mean += delta / self.count
+        self._m2 += delta * (value - self.mean)
+        self._min = min(self._min, value)
+        self._max = max(self._max, value)
 
-    def update_batch(self, xs: Sequence[float] | np.ndarray) -> None:
-        """Fold in many values at once: the batch's own statistics, merged by Chan's formula."""
-        values = np.asarray(xs, dtype=np.float64).ravel()
-        if values.size == 0:
-            return
-        if not np.isfinite(values).all():
+    def update_batch(self, values: Sequence[float] | np.ndarray) -> None:
+        """Fold in many values, one after the other (checked for NaN and infinity first, so a
+        bad batch leaves the statistics untouched)."""
+        batch = np.asarray(values, dtype=np.float64).ravel()
+        if not np.isfinite(batch).all():
             raise ValueError("cannot accumulate non-finite values (NaN or infinity) in a batch")
-        # Centre on the first value before summing, so a large common offset costs no precision.
-        shifted = values - values[0]
-        mean = values[0] + shifted.mean()
-        m2 = float(np.square(values - mean).sum())
-        self._combine(values.size, float(mean), m2, float(values.min()), float(values.max()))
+        for value in batch.tolist():
+            self.update(value)
 
     def merge(self, other: WelfordAccumulator) -> None:
-        """Add another accumulator's values to this one, as if they had been seen here."""
-        self._combine(other._count, other._mean, other._m2, other._min, other._max)
+        """Add another accumulator's values to this one, as if they had been seen here.
 
-    def _combine(self, count: int, mean: float, m2: float, lo: float, hi: float) -> None:
-        """Chan, Golub & LeVeque (1979): pairwise combination of two (count, mean, M2)."""
-        if count == 0:
+        Chan, Golub & LeVeque (1979): the pairwise combination of two (count, mean, M2) is exact
+        up to rounding, so workers' shards merge into the statistics of the whole stream.
+        """
+        if other.count == 0:
             return
-        if self._count == 0:
-            self._count, self._mean, self._m2, self._min, self._max = count, mean, m2, lo, hi
+        if self.count == 0:
+            self.count, self.mean, self._m2 = other.count, other.mean, other._m2
+            self._min, self._max = other._min, other._max
             return
-        total = self._count + count
-        delta = mean - self._mean
-        self._mean += delta * (count / total)
-        self._m2 += m2 + delta * delta * (self._count * count / total)
-        self._count = total
-        self._min = min(self._min, lo)
-        self._max = max(self._max, hi)
+        total = self.count + other.count
+        delta = other.mean - self.mean
+        self.mean += delta * (other.count / total)
+        self._m2 += other._m2 + delta * delta * (self.count * other.count / total)
+        self.count = total
+        self._min = min(self._min, other._min)
+        self._max = max(self._max, other._max)
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "count": self._count,
-            "mean": self._mean,
+            "count": self.count,
+            "mean": self.mean,
             "m2": self._m2,
             "min": self._min,
             "max": self._max,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._count = int(state["count"])
-        self._mean = float(state["mean"])
+        """Atropos's format (also what this class writes); an empty accumulator saved with 0.0
+        extremes by earlier honed versions gets ±inf back, so its first value sets both."""
+        self.count = int(state["count"])
+        self.mean = float(state["mean"])
         self._m2 = float(state["m2"])
-        self._min = float(state["min"])
-        self._max = float(state["max"])
+        empty = self.count == 0
+        self._min = math.inf if empty else float(state["min"])
+        self._max = -math.inf if empty else float(state["max"])

@@ -192,30 +192,7 @@ class GRPOTrainer:
             (self.cfg.adam_beta1, self.cfg.adam_beta2),
         )
         if state is not None:
-            self.step = state["step"]
-            self.rollouts_generated = state.get("rollouts_generated", 0)
-            self.optimizer.load_state_dict(state["optimizer"])
-            # the moments are state; the learning rate, betas and decay are the config's
-            apply_optimizer_settings(
-                self.optimizer,
-                self.cfg.learning_rate,
-                self.cfg.weight_decay,
-                (self.cfg.adam_beta1, self.cfg.adam_beta2),
-            )
-            # the sampler restores its state and re-applies the config's curriculum settings;
-            # what it reports is already in resume_changes when the checkpoint has its config
-            known = {key for key, _, _ in self.resume_changes}
-            sampler_changes = self.sampler.load_state_dict(state["sampler"])
-            extra = [line for line in sampler_changes if line.partition(":")[0] not in known]
-            for name, normalizer in self.normalizers.items():
-                normalizer.load_state_dict(state["reward_norm"][name])
-            set_rng_state(state["rng"])
-            self.initial_eval = state["initial_eval"]
-            self.warmstart = state.get("warmstart", {})
-            self.run.truncate_logs(self.step)
-            self.reporter.note(f"resumed from {path} (step {self.step})")
-            for line in [format_change(*c) for c in self.resume_changes] + extra:
-                self.reporter.note(line)
+            self._restore(state, path)
         self.scheduler = build_lr_scheduler(
             self.optimizer,
             self.cfg.lr_scheduler_type,
@@ -237,6 +214,43 @@ class GRPOTrainer:
             self.pipeline.load_state_dict(state.get("rollout_queue", []), self.sampler.items)
         self.rollouts.sync_weights(self.policy, self.step)
         self.sinks = Sinks(self.run, self.config)
+
+    def _restore(self, state: dict[str, Any], path: Path) -> None:
+        """Put a checkpoint's state back: the step, optimizer moments, sampler and curricula,
+        normaliser statistics and RNGs. Settings stay the config's: the optimizer's
+        hyperparameters, the curricula's and the normalisers' settings are re-applied, and each
+        changed setting is printed in one line."""
+        self.step = state["step"]
+        self.rollouts_generated = state.get("rollouts_generated", 0)
+        self.optimizer.load_state_dict(state["optimizer"])
+        apply_optimizer_settings(
+            self.optimizer,
+            self.cfg.learning_rate,
+            self.cfg.weight_decay,
+            (self.cfg.adam_beta1, self.cfg.adam_beta2),
+        )
+        # The sampler and normalisers report the settings they changed; a checkpoint that
+        # holds its config has reported them already (`resume_changes`), once per key.
+        reported = self.sampler.load_state_dict(state["sampler"])
+        norm = self.config.reward_norm
+        for name, normalizer in self.normalizers.items():
+            normalizer.load_state_dict(state["reward_norm"][name])
+            changed = normalizer.configure(norm.mode, norm.clip, norm.warmup, norm.eps)
+            reported += [format_change(f"reward_norm.{k}", a, b) for k, a, b in changed]
+        set_rng_state(state["rng"])
+        self.initial_eval = state["initial_eval"]
+        self.warmstart = state.get("warmstart", {})
+        self.run.truncate_logs(self.step)
+        self.reporter.note(f"resumed from {path} (step {self.step})")
+        known = {key for key, _, _ in self.resume_changes}
+        lines = [format_change(*c) for c in self.resume_changes]
+        for line in reported:
+            key = line.partition(":")[0]
+            if key not in known:
+                known.add(key)
+                lines.append(line)
+        for line in lines:
+            self.reporter.note(line)
 
     def _check_changes(self, state: dict[str, Any]) -> list[tuple[str, Any, Any]]:
         """The settings the config in force changes against the checkpoint's run.
