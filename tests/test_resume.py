@@ -47,6 +47,23 @@ def _completions(run: RunDir) -> list[tuple[int, str, str, float]]:
     ]
 
 
+def _interrupt_after(trainer: GRPOTrainer, steps: int) -> TrainingInterrupted:
+    """Run `trainer` and stop it like Ctrl-C after `steps` steps (a checkpoint is written)."""
+    calls = {"n": 0}
+    real_step = trainer.train_step
+
+    def stop():
+        if calls["n"] == steps:
+            raise KeyboardInterrupt
+        calls["n"] += 1
+        return real_step()
+
+    trainer.train_step = stop
+    with pytest.raises(TrainingInterrupted) as interrupted:
+        trainer.train()
+    return interrupted.value
+
+
 RESUME_SETTINGS = (
     "curriculum.strategy=frontier",
     "reward_norm.mode=zscore",
@@ -71,19 +88,7 @@ def test_resume_repeats_the_uninterrupted_run_bit_for_bit(tmp_path, micro_batch_
 
     straight = GRPOTrainer(config("a"), RunDir(tmp_path / "a/run"))
     straight.train()
-    half = GRPOTrainer(config("b", "checkpoint.every=1"), RunDir(tmp_path / "b/run"))
-    half_steps = {"n": 0}
-    real_step = half.train_step
-
-    def two_steps_then_kill():
-        if half_steps["n"] == 2:
-            raise KeyboardInterrupt
-        half_steps["n"] += 1
-        return real_step()
-
-    half.train_step = two_steps_then_kill
-    with pytest.raises(TrainingInterrupted):
-        half.train()
+    _interrupt_after(GRPOTrainer(config("b", "checkpoint.every=1"), RunDir(tmp_path / "b/run")), 2)
     resumed = GRPOTrainer(config("b"), RunDir(tmp_path / "b/run"))
     resumed.train(resume=True)
     # settings: only the checkpoint interval differed between the two invocations
@@ -114,20 +119,8 @@ def test_interrupted_and_resumed_run_ends_as_the_uninterrupted_one(tmp_path):
     )
     straight.train()
     cfg = small_config(tmp_path / "b", "checkpoint.every=0", data=data)
-    trainer = GRPOTrainer(cfg, RunDir(tmp_path / "b/run"))
-    calls = {"n": 0}
-    real_step = trainer.train_step
-
-    def step_then_interrupt():
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt
-        return real_step()
-
-    trainer.train_step = step_then_interrupt
-    with pytest.raises(TrainingInterrupted) as stop:
-        trainer.train()
-    assert stop.value.step == 2
+    stop = _interrupt_after(GRPOTrainer(cfg, RunDir(tmp_path / "b/run")), 2)
+    assert stop.step == 2
     assert (tmp_path / "b/run/checkpoints/step_2" / STATE_FILE).is_file()
     again = GRPOTrainer(cfg, RunDir(tmp_path / "b/run"))
     again.train(resume=True)
@@ -145,22 +138,6 @@ def _lrs(run: RunDir) -> list[float]:
 
 
 SCHEDULE = ("trainer.lr_scheduler_type=linear", "trainer.warmup_steps=1", "checkpoint.every=1")
-
-
-def _interrupt_after(trainer: GRPOTrainer, steps: int) -> None:
-    """Run `trainer` and stop it like Ctrl-C after `steps` steps (a checkpoint is written)."""
-    calls = {"n": 0}
-    real_step = trainer.train_step
-
-    def stop():
-        if calls["n"] == steps:
-            raise KeyboardInterrupt
-        calls["n"] += 1
-        return real_step()
-
-    trainer.train_step = stop
-    with pytest.raises(TrainingInterrupted):
-        trainer.train()
 
 
 @pytest.mark.parametrize(
