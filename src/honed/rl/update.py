@@ -47,7 +47,7 @@ from honed.rl.loss import (
 )
 from honed.types import Group
 
-# Per group, per trajectory, per segment: the KL penalty β·Σ k1 of that segment's tokens.
+# One group's KL reward penalties: per trajectory, per segment, β·Σ k1 over its tokens.
 Penalties = list[list[float]]
 Normalize = Callable[[str, list[float]], list[float]]
 
