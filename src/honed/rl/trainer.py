@@ -8,8 +8,8 @@ Rollouts go through a backend (`honed.distributed`): in this process by default,
 workers or inference servers, possibly `max_staleness` steps ahead. The trainer alone owns the
 sampler, curricula, normalisers and optimizer. Everything with state (policy, optimizer
 moments, step, sampler, RNGs, requests submitted ahead) goes into each checkpoint, so
-`--resume` continues bit-for-bit on CPU in synchronous mode; settings (the learning-rate
-schedule, hyperparameters) come from the config in force.
+`--resume` continues bit-for-bit on CPU in synchronous mode with one thread; settings (the
+learning-rate schedule, hyperparameters) come from the config in force.
 """
 
 from __future__ import annotations
