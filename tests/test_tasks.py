@@ -10,8 +10,9 @@ from fractions import Fraction
 import pytest
 
 from honed.envs.base import Sample
-from honed.envs.tasks import AdditionEnv, CountdownEnv, ReverseEnv, SortEnv
+from honed.envs.tasks import AdditionEnv, ArithmeticEnv, CountdownEnv, ReverseEnv, SortEnv
 from honed.envs.tasks.allocation import apportion, share_evenly
+from honed.envs.tasks.arithmetic import last_number
 from honed.envs.tasks.expression import MAX_LENGTH, ExpressionError, evaluate
 from honed.errors import HonedError
 from honed.types import SPLITS, Item
@@ -389,3 +390,75 @@ def test_rollout_seeds_do_not_depend_on_the_batch():
     gen_one = ScriptedGenerator(lambda prompt, g: "0")
     env.rollout(items[2:3], gen_one, num_generations=2, seed=5)
     assert gen_one.calls[0][1] == gen_all.calls[0][1][4:6]
+
+
+# Arithmetic in words (for pretrained chat models) --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("op", "terms", "level"), [("+", 2, 2), ("-", 2, 2), ("*", 2, 2), ("+", 3, 1), ("-", 3, 3)]
+)
+def test_arithmetic_answers_match_the_prompt_read_independently(op, terms, level):
+    env = ArithmeticEnv("a", seed=1, op=op, terms=terms, levels=[level], **SMALL)
+    keys = set()
+    for split in SPLITS:
+        for item in env.items(split):
+            prompt = env.prompt(item)
+            assert prompt.startswith("What is ") and prompt.endswith(
+                "? Reply with the number only."
+            )
+            expression = prompt.removeprefix("What is ").split("?")[0]
+            operands = expression.split(f" {op} ")
+            assert len(operands) == terms
+            assert all(len(x) == level or (level == 1 and x == "0") for x in operands)
+            value = int(operands[0])
+            for x in operands[1:]:
+                value = (
+                    value + int(x) if op == "+" else value - int(x) if op == "-" else value * int(x)
+                )
+            assert env.reference(item) == str(value)
+            assert env.score(item, env.reference(item)).success == 1.0
+            keys.add(item.key)
+    assert len(keys) == sum(SMALL.values())  # disjoint splits, no repeats
+
+
+@pytest.mark.parametrize(
+    ("reply", "success"),
+    [
+        ("86", 1.0),
+        ("47 + 39 = 86.", 1.0),
+        ("The answer is 86", 1.0),
+        ("86\n\nIs there anything else?", 1.0),
+        ("86 or 87", 0.0),  # the last number counts
+        ("47 + 39 = 68.", 0.0),
+        ("eighty-six", 0.0),
+        ("", 0.0),
+        ("-86", 0.0),
+    ],
+)
+def test_arithmetic_scores_the_last_number_of_the_reply(reply, success):
+    env = ArithmeticEnv("a", levels=[2], **SMALL)
+    item = Item(key="a:47+39", env="a", data={"prompt": "", "answer": "86"}, level=2)
+    score = env.score(item, reply)
+    assert (score.success, score.reward) == (success, success)
+    assert score.components["format"] == float(last_number(reply) is not None)
+
+
+def test_last_number_reads_signs_and_thousands_separators():
+    assert last_number("it is -1,234.") == -1234
+    assert last_number("no digits") is None
+    assert last_number("3, then 12") == 12
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"op": "/"}, "op must be one of"),
+        ({"terms": 1}, "terms must be an integer from 2 to 6"),
+        ({"template": "What is it?"}, "template must be a string containing {expression}"),
+        ({"levels": [10]}, "level"),
+    ],
+)
+def test_arithmetic_rejects_bad_arguments(args, message):
+    with pytest.raises(HonedError, match=message):
+        ArithmeticEnv("a", **args)

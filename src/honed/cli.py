@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 from honed import __version__
 from honed.config import Config, load_config
 from honed.errors import HonedError
-from honed.runs.files import atomic_write_json
+from honed.runs.files import atomic_write_dir, atomic_write_json
 from honed.runs.progress import Reporter
-from honed.runs.rundir import RunDir
+from honed.runs.rundir import STATE_FILE, RunDir
 
 if TYPE_CHECKING:
     from honed.models.policy import Policy
@@ -30,6 +30,7 @@ Train LLM agents by reinforcement (GRPO) and by reflection (skill optimisation).
   honed train CONFIG -o trainer.max_steps=20 -o policy.model=DIR
   honed train CONFIG --resume                              continue from the latest checkpoint
   honed eval runs/quickstart --split test                  evaluate a run or a checkpoint
+  honed export runs/quickstart OUT_DIR                     the model as a plain HF folder
   honed sft CONFIG                                         supervised warm-start only
   honed skills train examples/skills_qa.yaml               optimise a skill document
   honed skills eval --skill best_skill.md --split test --run-dir runs/skills_qa
@@ -100,6 +101,17 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--config", help="config to use when the checkpoint is outside a run dir")
     ev.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
     ev.add_argument("--quiet", action="store_true")
+
+    export = sub.add_parser(
+        "export",
+        help="write a run's model as a plain Hugging Face folder",
+        description="Copy the model of a run's latest checkpoint (or of a given checkpoint) into "
+        "OUT_DIR as a plain Hugging Face folder (config, safetensors weights, tokenizer, chat "
+        "template) that transformers loads without honed; the trainer state stays behind.",
+    )
+    export.add_argument("path", metavar="RUN_DIR_OR_CHECKPOINT")
+    export.add_argument("out", metavar="OUT_DIR")
+    export.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
     _add_skills_parser(sub)
     return parser
 
@@ -171,8 +183,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         where = f"; checkpoint {stop.path}" if stop.path else ""
         print(f"interrupted after step {stop.step}{where}; continue with --resume", file=sys.stderr)
         return EXIT_INTERRUPTED
+    start = "warm-start" if config.sft.steps else "untrained"
+    shots = config.eval.few_shot
     reporter.comparison(
-        f"held-out {config.eval.split} evaluation", summary["initial_eval"], summary["final_eval"]
+        f"held-out {config.eval.split} evaluation",
+        summary["initial_eval"],
+        summary["final_eval"],
+        labels=(f"{start}, as prompted", "trained"),
+        baselines={f"{start}, {shots}-shot": summary["initial_eval_few_shot"]} if shots else None,
     )
     reporter.table(
         f"training by environment (curriculum: {config.curriculum.strategy})",
@@ -294,6 +312,27 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    path, out = Path(args.path), Path(args.out)
+    if (path / "config.json").is_file():
+        checkpoint = path
+    elif RunDir(path).latest_checkpoint() is not None:
+        checkpoint = RunDir(path).latest_checkpoint()[1]
+    else:
+        raise HonedError(f"{path} is neither a model checkpoint nor a run with a checkpoint")
+    if out.exists() and not args.overwrite:
+        raise HonedError(f"{out} exists; pass --overwrite to replace it")
+    files = [f for f in sorted(checkpoint.iterdir()) if f.is_file() and f.name != STATE_FILE]
+
+    def write(folder: Path) -> None:
+        for f in files:
+            shutil.copy2(f, folder / f.name)
+
+    atomic_write_dir(out, write)
+    print(f"exported {checkpoint} to {out} ({len(files)} files)")
+    return 0
+
+
 def _report_agents(run: RunDir, checkpoint: Path, policy: Policy, config: Config) -> dict:
     """The policies an environment report compares: the run's warm-start and the evaluated one."""
     from honed.models.policy import Policy
@@ -401,7 +440,13 @@ def cmd_skills(args: argparse.Namespace) -> int:
     return {"train": cmd_skills_train, "eval": cmd_skills_eval}[args.skills_command](args)
 
 
-COMMANDS = {"train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "skills": cmd_skills}
+COMMANDS = {
+    "train": cmd_train,
+    "sft": cmd_sft,
+    "eval": cmd_eval,
+    "export": cmd_export,
+    "skills": cmd_skills,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,9 +49,12 @@ class TinyModelConfig(Strict):
 
 
 class PolicyConfig(Strict):
-    """`model: tiny` builds the embedded default; a path loads any local Hugging Face model."""
+    """`model: tiny` builds the embedded default; `smollm2-135m-instruct` (installed by `make
+    smollm2`), a `.gguf` file, or a path to a local Hugging Face model folder load a real one
+    (`honed.models.sources`). `gguf_file` picks a file in a folder holding several."""
 
     model: str = "tiny"
+    gguf_file: str | None = None
     tiny: TinyModelConfig = TinyModelConfig()
     chat_template: bool = False
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -232,6 +235,9 @@ class EvalConfig(Strict):
     num_items: int | None = Field(200, ge=1)
     temperature: float = Field(0.0, ge=0)
     every: int = Field(0, ge=0)
+    # k > 0: the policy GRPO starts from is also evaluated with k solved train examples before
+    # each prompt (single-turn environments), the prompting baseline the trained one must beat
+    few_shot: int = Field(0, ge=0)
 
 
 class CheckpointConfig(Strict):

@@ -9,10 +9,45 @@ re-tokenised for the loss.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 SPLITS = ("train", "validation", "test")
+
+# A prompt is plain text, or a conversation in the OpenAI chat format (`[{"role": "system",
+# "content": ...}, {"role": "user", ...}]`, few-shot turns included) that a chat template renders.
+Message = dict[str, Any]
+Prompt = str | list[Message]
+
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+
+
+def message_problem(prompt: object) -> str | None:
+    """Why `prompt` is not a usable prompt (text or chat messages), or `None` if it is."""
+    if isinstance(prompt, str):
+        return None
+    if not isinstance(prompt, list) or not prompt:
+        return f"a prompt must be text or a non-empty list of chat messages, got {prompt!r:.80}"
+    for i, message in enumerate(prompt):
+        if not isinstance(message, dict) or not isinstance(message.get("content"), str):
+            return f"message {i} must be an object with a text 'content', got {message!r:.80}"
+        if message.get("role") not in CHAT_ROLES:
+            return (
+                f"message {i} has role {message.get('role')!r}; expected one of "
+                f"{', '.join(CHAT_ROLES)}"
+            )
+    if prompt[-1]["role"] not in ("user", "tool"):
+        return "the last message must be the user's (the model answers it)"
+    return None
+
+
+def prompt_text(prompt: Prompt) -> str:
+    """One string per prompt: the text itself, or the messages as canonical JSON (hashable,
+    stable across runs, and what run files record)."""
+    if isinstance(prompt, str):
+        return prompt
+    return json.dumps(prompt, ensure_ascii=False, sort_keys=True)
 
 
 @dataclass

@@ -16,7 +16,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from honed.types import Group, Item, Score, Segment, Trajectory, derive_seed
+from honed.types import (
+    Group,
+    Item,
+    Prompt,
+    Score,
+    Segment,
+    Trajectory,
+    derive_seed,
+    prompt_text,
+)
 
 
 @dataclass
@@ -48,10 +57,10 @@ class Generator(Protocol):
     seed per prompt: the same (prompt, seed) gives the same completion in any batch or process.
     """
 
-    def encode(self, text: str) -> list[int]: ...
+    def encode(self, prompt: Prompt) -> list[int]: ...
 
     def generate(
-        self, prompts: Sequence[str | list[int]], seeds: Sequence[int]
+        self, prompts: Sequence[Prompt | list[int]], seeds: Sequence[int]
     ) -> list[Sample]: ...
 
 
@@ -71,7 +80,7 @@ class Environment(Protocol):
         """One group of `num_generations` trajectories per item, in the order of `items`."""
         ...
 
-    def sft_examples(self, item: Item) -> list[tuple[str, str]]:
+    def sft_examples(self, item: Item) -> list[tuple[Prompt, str]]:
         """(prompt, target completion) pairs from the reference solution, for warm-start."""
         ...
 
@@ -129,8 +138,8 @@ class SingleTurnEnv(abc.ABC):
     def items(self, split: str) -> Sequence[Item]: ...
 
     @abc.abstractmethod
-    def prompt(self, item: Item) -> str:
-        """The prompt text the policy sees for this item."""
+    def prompt(self, item: Item) -> Prompt:
+        """What the policy sees for this item: text, or chat messages (`honed.types.Prompt`)."""
 
     def score(self, item: Item, completion: str) -> Score:
         """Score one completion; override this or `score_batch`."""
@@ -143,7 +152,7 @@ class SingleTurnEnv(abc.ABC):
         """A correct completion for the item, if the environment knows one."""
         return None
 
-    def sft_examples(self, item: Item) -> list[tuple[str, str]]:
+    def sft_examples(self, item: Item) -> list[tuple[Prompt, str]]:
         ref = self.reference(item)
         return [] if ref is None else [(self.prompt(item), ref)]
 
@@ -168,7 +177,7 @@ class SingleTurnEnv(abc.ABC):
                         reward=float(score.reward),
                         success=float(score.success),
                         components=dict(score.components),
-                        prompt_text=prompts[i],
+                        prompt_text=prompt_text(prompts[i]),
                         completion_text=sample.text,
                     )
                 )

@@ -7,6 +7,9 @@ The reward function has the TRL signature, so one written for `GRPOTrainer` work
 It is called with `prompts`, `completions` (raw text, not stripped), `completion_ids` and every
 other column of the file as a keyword argument holding a list aligned with the completions (rows
 without a column give `None`). A function without `**kwargs` gets only the arguments it names.
+The prompt column holds text or a list of chat messages (system, user, few-shot turns; rendered
+by the tokenizer's chat template, so `policy.chat_template: true`); as in TRL, a chat prompt's
+completion is passed as `[{"role": "assistant", "content": text}]`.
 
 Splits are disjoint: explicit `test_path` / `validation_path` files, or else a carve-out of the
 main file by a hash of each prompt, so a prompt always lands in the same split whatever the line
@@ -31,7 +34,7 @@ from typing import Any, ClassVar
 
 from honed.envs.base import SingleTurnEnv
 from honed.errors import HonedError
-from honed.types import SPLITS, Item, Score
+from honed.types import SPLITS, Item, Prompt, Score, message_problem, prompt_text
 from honed.user_code import load_object
 
 log = logging.getLogger(__name__)
@@ -40,8 +43,8 @@ log = logging.getLogger(__name__)
 RESERVED = ("prompts", "completions", "completion_ids")
 
 
-def prompt_hash(prompt: str) -> str:
-    return hashlib.sha1(prompt.encode()).hexdigest()
+def prompt_hash(prompt: Prompt) -> str:
+    return hashlib.sha1(prompt_text(prompt).encode()).hexdigest()
 
 
 def read_jsonl(
@@ -80,11 +83,9 @@ def read_jsonl(
                     f"{where}: missing the prompt field '{prompt_field}' "
                     f"(fields: {', '.join(row) or 'none'})"
                 )
-            if not isinstance(row[prompt_field], str):
-                raise HonedError(
-                    f"{where}: the prompt field '{prompt_field}' must be a string, "
-                    f"got {type(row[prompt_field]).__name__}"
-                )
+            problem = message_problem(row[prompt_field])
+            if problem:
+                raise HonedError(f"{where}: the prompt field '{prompt_field}': {problem}")
             problem = check_row(row) if check_row is not None else None
             if problem:
                 raise HonedError(f"{where}: {problem}")
@@ -163,7 +164,7 @@ class JsonlEnv(SingleTurnEnv):
         items: dict[str, list[Item]] = {}
         occurrences: dict[str, int] = {}
         for split in ("test", "validation", "train"):
-            kept = [r for r in by_split[split] if r[self.prompt_field] not in taken]
+            kept = [r for r in by_split[split] if prompt_text(r[self.prompt_field]) not in taken]
             if len(kept) < len(by_split[split]):
                 log.warning(
                     "environment '%s': dropped %d %s rows whose prompt is also in a held-out split",
@@ -171,7 +172,7 @@ class JsonlEnv(SingleTurnEnv):
                     len(by_split[split]) - len(kept),
                     split,
                 )
-            taken.update(r[self.prompt_field] for r in kept)
+            taken.update(prompt_text(r[self.prompt_field]) for r in kept)
             items[split] = []
             for row in kept:
                 digest = prompt_hash(row[self.prompt_field])[:12]
@@ -190,7 +191,7 @@ class JsonlEnv(SingleTurnEnv):
             )
         return list(self._splits[split])
 
-    def prompt(self, item: Item) -> str:
+    def prompt(self, item: Item) -> Prompt:
         return item.data[self.prompt_field]
 
     # Argument checks -----------------------------------------------------------------------
@@ -323,9 +324,14 @@ class DatasetEnv(JsonlEnv):
     ) -> list[Score]:
         if not items:
             return []
+        prompts = [self.prompt(item) for item in items]
         kwargs: dict[str, Any] = {
-            "prompts": [self.prompt(item) for item in items],
-            "completions": list(completions),
+            "prompts": prompts,
+            # as TRL passes them: a chat prompt's completion is the assistant's message
+            "completions": [
+                [{"role": "assistant", "content": c}] if isinstance(p, list) else c
+                for p, c in zip(prompts, completions, strict=True)
+            ],
             "completion_ids": None if completion_ids is None else [list(c) for c in completion_ids],
         }
         for column in self.columns:

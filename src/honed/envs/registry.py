@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 ENVIRONMENTS: dict[str, str | type] = {
     "addition": "honed.envs.tasks:AdditionEnv",
+    "arithmetic": "honed.envs.tasks:ArithmeticEnv",
     "reverse": "honed.envs.tasks:ReverseEnv",
     "sort": "honed.envs.tasks:SortEnv",
     "countdown": "honed.envs.tasks:CountdownEnv",

@@ -8,7 +8,7 @@ a completion does not depend on which other prompts share its batch, or on which
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +22,9 @@ from honed.envs.base import Sample
 from honed.errors import HonedError
 from honed.models.kvcache import InPlaceLayer, sampling_cache
 from honed.models.lean import LeanDecoder, lean_forward, supports_lean, supports_lean_decoding
+from honed.models.sources import resolve_model
 from honed.models.tiny import build_char_tokenizer, build_tiny_model
+from honed.types import Prompt, prompt_text
 
 # Checkpoints are written every few steps; per-save progress bars would drown the run's own.
 hf_logging.disable_progress_bar()
@@ -99,7 +101,13 @@ def make_batch(
 
 
 class Policy:
-    """A causal LM and its tokenizer."""
+    """A causal LM and its tokenizer.
+
+    With `chat_template`, every prompt is rendered by the tokenizer's chat template (text prompts
+    as one user turn) and a completion also stops at the template's end-of-turn token, which in
+    many families differs from the config's end-of-sequence token (`<|eot_id|>` against
+    `<|end_of_text|>` in Llama 3, `<end_of_turn>` against `<eos>` in Gemma).
+    """
 
     def __init__(self, model: PreTrainedModel, tokenizer, chat_template: bool = False) -> None:
         self.model = model
@@ -109,6 +117,16 @@ class Policy:
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         stops = {eos} if eos is not None else set()
         stops |= set(gen_eos) if isinstance(gen_eos, list) else ({gen_eos} if gen_eos else set())
+        self.end_of_turn_id: int | None = None
+        if chat_template:
+            if not getattr(tokenizer, "chat_template", None):
+                raise HonedError(
+                    "policy.chat_template is true but the tokenizer has no chat template; "
+                    "set policy.chat_template: false or use an instruct model"
+                )
+            self.end_of_turn_id = end_of_turn_id(tokenizer)
+            if self.end_of_turn_id is not None:
+                stops.add(self.end_of_turn_id)
         if not stops:
             raise HonedError(
                 "the tokenizer has no end-of-sequence token; generation could not stop"
@@ -126,7 +144,7 @@ class Policy:
             model = build_tiny_model(cfg.tiny, tokenizer, seed).to(DTYPES[cfg.dtype])
             return cls(model, tokenizer, chat_template=cfg.chat_template)
         return cls.load(
-            cfg.model,
+            resolve_model(cfg.model, cfg.gguf_file),
             dtype=cfg.dtype,
             chat_template=cfg.chat_template,
             attn_implementation=cfg.attn_implementation,
@@ -142,10 +160,7 @@ class Policy:
     ) -> Policy:
         path = Path(path)
         if not (path / "config.json").is_file():
-            raise HonedError(
-                f"policy.model: '{path}' is not a Hugging Face model directory (no config.json); "
-                "use 'tiny' for the embedded default or a local model directory"
-            )
+            raise HonedError(f"'{path}' is not a Hugging Face model directory (no config.json)")
         kwargs = {"dtype": DTYPES[dtype]}
         if attn_implementation:
             kwargs["attn_implementation"] = attn_implementation
@@ -164,18 +179,35 @@ class Policy:
 
     # ------------------------------------------------------------------ text
 
-    def encode(self, text: str) -> list[int]:
-        if self.chat_template:
-            ids = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+    def encode(self, prompt: Prompt) -> list[int]:
+        """The prompt's tokens: exactly what the chat template gives with the generation prompt
+        added, or the text tokenised as it is."""
+        if isinstance(prompt, list) and not self.chat_template:
+            raise HonedError(
+                "a prompt given as chat messages needs policy.chat_template: true "
+                f"(prompt: {prompt_text(prompt):.80})"
             )
-            return list(ids["input_ids"] if isinstance(ids, dict) else ids)
-        return list(self.tokenizer(text)["input_ids"])
+        if not self.chat_template:
+            return list(self.tokenizer(prompt)["input_ids"])
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        ids = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        # transformers 5 may still hand back a BatchEncoding (a Mapping, not a dict)
+        if isinstance(ids, Mapping):
+            ids = ids["input_ids"]
+        return [int(i) for i in ids]
+
+    @property
+    def end_id(self) -> int:
+        """The token a finished completion ends with: the end of the turn under a chat template,
+        end-of-sequence otherwise."""
+        return self.end_of_turn_id if self.end_of_turn_id is not None else self.eos_id
 
     def encode_target(self, text: str) -> list[int]:
-        """A completion as the policy would emit it: the text's tokens, then end-of-sequence."""
+        """A completion as the policy would emit it: the text's tokens, then its end token."""
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return [*ids, self.eos_id]
+        return [*ids, self.end_id]
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
@@ -309,6 +341,31 @@ class Policy:
         return completion_logprobs(self.model, batch, temperature, with_entropy)
 
 
+def end_of_turn_id(tokenizer) -> int | None:
+    """The special token the chat template closes an assistant turn with, if it has one.
+
+    Found by rendering a short conversation and taking the first special token after the
+    assistant's text, so it works for any template without a table of model families.
+    """
+    marker = "honed-end-of-turn-probe"
+    try:
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": "hi"}, {"role": "assistant", "content": marker}],
+            tokenize=False,
+        )
+    except Exception:  # a template that rejects this conversation: fall back to eos alone
+        return None
+    if not isinstance(text, str) or marker not in text:
+        return None
+    tail = text[text.rindex(marker) + len(marker) :]
+    special = set(tokenizer.all_special_ids)
+    special |= {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+    for token in tokenizer(tail, add_special_tokens=False)["input_ids"]:
+        if token in special:
+            return int(token)
+    return None
+
+
 def _own_storage(model: torch.nn.Module) -> None:
     """Copy every parameter and buffer into memory of its own, allocated by torch.
 
@@ -403,20 +460,21 @@ class PolicySampler:
         self.params = params
         self.batch_size = batch_size
 
-    def encode(self, text: str) -> list[int]:
-        return self.policy.encode(text)
+    def encode(self, prompt: Prompt) -> list[int]:
+        return self.policy.encode(prompt)
 
-    def generate(self, prompts: Sequence[str | list[int]], seeds: Sequence[int]) -> list[Sample]:
+    def generate(self, prompts: Sequence[Prompt | list[int]], seeds: Sequence[int]) -> list[Sample]:
         """Samples in eval mode (no dropout), whatever mode training left the model in, so that
         the learner and a rollout worker with the same weights sample the same tokens."""
-        # A GRPO group repeats its prompt num_generations times: encode each text once.
+        # A GRPO group repeats its prompt num_generations times: encode each prompt once.
         encoded: dict[str, list[int]] = {}
         ids = []
         for p in prompts:
-            if isinstance(p, str):
-                if p not in encoded:
-                    encoded[p] = self.policy.encode(p)
-                p = encoded[p]
+            if isinstance(p, str) or (p and isinstance(p[0], dict)):
+                key = prompt_text(p)
+                if key not in encoded:
+                    encoded[key] = self.policy.encode(p)
+                p = encoded[key]
             ids.append(list(p))
         step = self.batch_size or max(1, len(ids))
         out: list[Sample] = []

@@ -7,11 +7,11 @@ environment does not drown a small one; per-environment and per-level numbers ar
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from honed.envs.base import Environment, Reporting, Table
+from honed.envs.base import Environment, Reporting, Sample, SingleTurnEnv, Table
 from honed.models.policy import Policy, PolicySampler, SamplingParams
-from honed.types import Group
+from honed.types import Group, Message, Prompt
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -43,6 +43,51 @@ def summarise_groups(name: str, groups: list[Group]) -> dict[str, float]:
     return out
 
 
+class FewShotSampler:
+    """A generator that puts solved examples before every prompt: how well the model does with
+    the best prompt it could be given instead of training, the baseline RL has to beat.
+
+    Under a chat template the examples are earlier user and assistant turns (after any system
+    message of the prompt); without one they are `prompt + answer` blocks separated by blank
+    lines before the prompt.
+    """
+
+    def __init__(self, inner: PolicySampler, examples: Sequence[tuple[Prompt, str]]) -> None:
+        self.inner = inner
+        self.examples = list(examples)
+        self.chat = inner.policy.chat_template
+
+    def wrap(self, prompt: Prompt) -> Prompt:
+        if not self.chat:
+            blocks = [f"{p}{answer}" for p, answer in self.examples if isinstance(p, str)]
+            return "\n\n".join([*blocks, prompt]) if isinstance(prompt, str) else prompt
+        turns = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        system = [m for m in turns if m["role"] == "system"]
+        shots: list[Message] = []
+        for p, answer in self.examples:
+            asked = [{"role": "user", "content": p}] if isinstance(p, str) else p
+            shots += [m for m in asked if m["role"] != "system"]
+            shots.append({"role": "assistant", "content": answer})
+        return [*system, *shots, *(m for m in turns if m["role"] != "system")]
+
+    def encode(self, prompt: Prompt) -> list[int]:
+        return self.inner.encode(self.wrap(prompt))
+
+    def generate(self, prompts: Sequence[Prompt | list[int]], seeds: Sequence[int]) -> list[Sample]:
+        wrapped = [p if p and isinstance(p[0], int) else self.wrap(p) for p in prompts]
+        return self.inner.generate(wrapped, seeds)
+
+
+def few_shot_examples(env: Environment, count: int) -> list[tuple[Prompt, str]]:
+    """The first `count` solved examples of the train split (never held-out items)."""
+    out: list[tuple[Prompt, str]] = []
+    for item in env.items("train"):
+        out += env.sft_examples(item)[:1]
+        if len(out) == count:
+            break
+    return out
+
+
 def evaluate(
     policy: Policy,
     envs: Mapping[str, Environment],
@@ -52,8 +97,13 @@ def evaluate(
     max_tokens: int = 256,
     top_p: float = 1.0,
     seed: int = 0,
+    few_shot: int = 0,
 ) -> dict[str, float]:
-    """Metric name → value; always includes `accuracy` and `reward`."""
+    """Metric name → value; always includes `accuracy` and `reward`.
+
+    With `few_shot > 0`, every single-turn environment's prompts carry that many solved train
+    examples (`FewShotSampler`); environments of other kinds are left out.
+    """
     sampler = PolicySampler(policy, SamplingParams(temperature, top_p, max_tokens))
     results: dict[str, float] = {}
     accuracies, rewards = [], []
@@ -61,12 +111,17 @@ def evaluate(
     policy.model.eval()
     try:
         for name, env in envs.items():
+            if few_shot and not isinstance(env, SingleTurnEnv):
+                continue
             items = list(env.items(split))
             if num_items is not None:
                 items = items[:num_items]
             if not items:
                 continue
-            groups = env.rollout(items, sampler, 1, seed)
+            generator = (
+                FewShotSampler(sampler, few_shot_examples(env, few_shot)) if few_shot else sampler
+            )
+            groups = env.rollout(items, generator, 1, seed)
             stats = summarise_groups(name, groups)
             results.update(stats)
             accuracies.append(stats[f"{name}/accuracy"])

@@ -47,7 +47,7 @@ from honed.types import Group, derive_seed
 
 # Settings a resumed run cannot take from a new config: the checkpoint's weights are those of
 # this model, trained after this warm-start.
-FIXED_ON_RESUME = ("policy.model", "policy.tiny", "sft.")
+FIXED_ON_RESUME = ("policy.model", "policy.gguf_file", "policy.tiny", "sft.")
 # Settings baked into the requests an asynchronous run has already drawn for coming steps.
 FIXED_WHILE_QUEUED = ("trainer.prompts_per_step", "distributed.max_staleness")
 # Where the run is written is not a training setting.
@@ -105,13 +105,14 @@ class GRPOTrainer:
         self.step = 0
         self.rollouts_generated = 0  # completions generated so far, filtered or not
         self.initial_eval: dict[str, float] = {}
+        self.initial_eval_few_shot: dict[str, float] = {}
         self.warmstart: dict[str, float] = {}
         self.policy: Policy | None = None
         self.resume_changes: list[tuple[str, Any, Any]] = []
 
     # ------------------------------------------------------------------ set-up
 
-    def _evaluate(self, split: str | None = None) -> dict[str, float]:
+    def _evaluate(self, split: str | None = None, few_shot: int = 0) -> dict[str, float]:
         ev = self.config.eval
         return evaluate(
             self.policy,
@@ -122,6 +123,7 @@ class GRPOTrainer:
             max_tokens=self.cfg.max_completion_length,
             top_p=self.cfg.top_p,
             seed=derive_seed(self.config.seed, "eval"),
+            few_shot=few_shot,
         )
 
     def _warm_start(self) -> Policy:
@@ -239,6 +241,7 @@ class GRPOTrainer:
             reported += [format_change(f"reward_norm.{k}", a, b) for k, a, b in changed]
         set_rng_state(state["rng"])
         self.initial_eval = state["initial_eval"]
+        self.initial_eval_few_shot = state.get("initial_eval_few_shot", {})
         self.warmstart = state.get("warmstart", {})
         self.run.truncate_logs(self.step)
         self.reporter.note(f"resumed from {path} (step {self.step})")
@@ -292,6 +295,7 @@ class GRPOTrainer:
             "reward_norm": {name: n.state_dict() for name, n in self.normalizers.items()},
             "rng": rng_state(),
             "initial_eval": self.initial_eval,
+            "initial_eval_few_shot": self.initial_eval_few_shot,
             "warmstart": self.warmstart,
             "rollout_queue": self.pipeline.state_dict(),
             # the settings this state was trained with, to say what a resume changes
@@ -486,6 +490,13 @@ class GRPOTrainer:
             with self.reporter.status("initial evaluation"):
                 self.initial_eval = self._evaluate()
             self.sinks.log(0, {f"eval/{k}": v for k, v in self.initial_eval.items()})
+        shots = self.config.eval.few_shot
+        if shots and not self.initial_eval_few_shot:
+            with self.reporter.status(f"initial evaluation, {shots}-shot"):
+                self.initial_eval_few_shot = self._evaluate(few_shot=shots)
+            self.sinks.log(
+                0, {f"eval_{shots}_shot/{k}": v for k, v in self.initial_eval_few_shot.items()}
+            )
         ckpt_every = self.config.checkpoint.every
         final_eval = self._logged_eval()
         try:
@@ -555,6 +566,7 @@ class GRPOTrainer:
             "steps": self.step,
             "rollouts": self.rollouts_generated,
             "initial_eval": self.initial_eval,
+            "initial_eval_few_shot": self.initial_eval_few_shot,
             "final_eval": final_eval,
             "accuracy_gain": final_eval["accuracy"] - self.initial_eval.get("accuracy", 0.0),
             "train_reward_first_10": head,

@@ -59,19 +59,25 @@ class Reporter:
         before: Mapping[str, float],
         after: Mapping[str, float],
         labels: tuple[str, str] = ("initial", "final"),
+        baselines: Mapping[str, Mapping[str, float]] | None = None,
     ) -> None:
-        """A table of metrics before and after, with the change."""
+        """A table of metrics before and after, with the change; `baselines` are further
+        columns (label → metrics) shown between the two, for reference."""
         if not self.enabled:
             return
+        baselines = baselines or {}
         table = Table(title=title)
         table.add_column("metric")
         table.add_column(labels[0], justify="right")
+        for label in baselines:
+            table.add_column(label, justify="right")
         table.add_column(labels[1], justify="right")
         table.add_column("change", justify="right")
         for key in sorted(set(before) | set(after), key=_metric_order):
             a, b = before.get(key), after.get(key)
             delta = "" if a is None or b is None else f"{b - a:+.3f}"
-            table.add_row(key, _fmt(a), _fmt(b), delta)
+            extra = [_fmt(values.get(key)) for values in baselines.values()]
+            table.add_row(key, _fmt(a), *extra, _fmt(b), delta)
         self.console.print(table)
 
     def table(self, title: str, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:

@@ -29,7 +29,7 @@ from honed.errors import HonedError
 from honed.models.chat import ChatClient, ChatModelConfig, Messages
 from honed.runs.files import atomic_write_text
 from honed.skills.document import SkillDocument
-from honed.types import Item
+from honed.types import Item, Prompt, prompt_text
 
 
 @dataclass(frozen=True)
@@ -204,10 +204,16 @@ class TargetRunner:
         self.cache = cache if cache is not None else RolloutCache()
         self.fingerprint = target_fingerprint(client.config, preamble)
 
-    def messages(self, skill: SkillDocument, prompt: str) -> Messages:
+    def messages(self, skill: SkillDocument, prompt: Prompt) -> Messages:
+        """The request for one item; a chat prompt's own system message follows the skill's."""
+        turns = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+        own = [m["content"] for m in turns if m["role"] == "system"]
+        turns = [m for m in turns if m["role"] != "system"]
         system = system_prompt(self.preamble, skill)
+        if own:
+            system = "\n\n".join([*([system.rstrip()] if system else []), *own])
         head = [] if system is None else [{"role": "system", "content": system}]
-        return [*head, {"role": "user", "content": prompt}]
+        return [*head, *turns]
 
     def run(self, skill: SkillDocument, items: Sequence[Item], stage: str) -> list[Rollout]:
         """One rollout per item, in order; each distinct item is asked at most once per skill."""
@@ -251,7 +257,7 @@ class TargetRunner:
                 out[i] = Rollout(
                     env=name,
                     item_key=item.key,
-                    prompt=prompts[i],
+                    prompt=prompt_text(prompts[i]),
                     reply=replies[i],
                     hard=hard,
                     soft=soft,
