@@ -54,3 +54,19 @@ def test_every_config_key_is_documented(model, doc):
     text = (ROOT / doc).read_text()
     missing = [k for k in leaf_keys(model) if not documented(k, text)]
     assert not missing, f"{doc} does not document: {', '.join(missing)}"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_example_config_is_valid_and_builds_its_environments(path, monkeypatch):
+    """The README sends newcomers to these files: each must load, and its environments build
+    (relative data paths are relative to the repository root, where the README runs them)."""
+    from honed.config import load_config
+    from honed.rl.trainer import build_envs
+    from honed.skills.config import load_skills_config
+
+    monkeypatch.chdir(ROOT)
+    if path.name.startswith("skills"):
+        load_skills_config(path)
+        return
+    config = load_config(path)
+    assert build_envs(config)

@@ -82,6 +82,7 @@ def test_seed_reaches_the_environment():
 def test_the_builtin_names():
     assert set(ENVIRONMENTS) == {
         "addition",
+        "arithmetic",
         "reverse",
         "sort",
         "countdown",
@@ -96,7 +97,7 @@ def test_unknown_environment_suggests_and_lists():
         build_env("additon", "x", seed=0, args={})
     assert str(info.value) == (
         "unknown environment 'additon' (did you mean 'addition'?); available: "
-        "addition, countdown, dataset, memory, qa, reverse, sort (or a class as 'module:Class')"
+        "addition, arithmetic, countdown, dataset, memory, qa, reverse, sort (or a class as 'module:Class')"
     )
 
 
