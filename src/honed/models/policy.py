@@ -116,7 +116,10 @@ class Policy:
         eos = tokenizer.eos_token_id
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         stops = {eos} if eos is not None else set()
-        stops |= set(gen_eos) if isinstance(gen_eos, list) else ({gen_eos} if gen_eos else set())
+        if isinstance(gen_eos, list):
+            stops |= set(gen_eos)
+        elif gen_eos is not None:  # token id 0 is a valid stop
+            stops.add(gen_eos)
         self.end_of_turn_id: int | None = None
         if chat_template:
             if not getattr(tokenizer, "chat_template", None):
