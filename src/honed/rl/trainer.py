@@ -42,6 +42,7 @@ from honed.runs.plots import plot_rewards
 from honed.runs.progress import Reporter
 from honed.runs.rundir import STATE_FILE, RunDir
 from honed.runs.sinks import Sinks
+from honed.runs.state import load_state, rng_state, save_state, set_rng_state
 from honed.sampling.sampler import Sampler
 from honed.types import Group, derive_seed
 
@@ -70,20 +71,6 @@ def seed_everything(seed: int) -> None:
 
 def build_envs(config: Config) -> dict[str, Environment]:
     return build_config_envs(config.envs, config.seed)
-
-
-def rng_state() -> dict[str, Any]:
-    return {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-    }
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
 
 
 class GRPOTrainer:
@@ -172,7 +159,7 @@ class GRPOTrainer:
         state = None
         if latest is not None:
             _step, path = latest
-            state = torch.load(path / STATE_FILE, weights_only=False)
+            state = load_state(path / STATE_FILE)
             self.resume_changes = self._check_changes(state)
         self.run.write_config(dump_config(self.config))
         if state is not None:
@@ -308,7 +295,7 @@ class GRPOTrainer:
 
         def fill(tmp: Path) -> None:
             self.policy.save(tmp)
-            torch.save(state, tmp / STATE_FILE)
+            save_state(state, tmp / STATE_FILE)
 
         atomic_write_dir(path, fill)
         self.run.prune(self.config.checkpoint.keep_last)
