@@ -78,3 +78,79 @@ def test_a_damaged_state_file_is_one_error_naming_it(tmp_path, content):
     path.write_bytes(content)
     with pytest.raises(HonedError, match=r"trainer_state\.pt: not a trainer state"):
         load_state(path)
+
+
+# Symbolic links out of a run directory ------------------------------------------------------
+
+
+def test_a_skill_run_whose_steps_link_outside_deletes_nothing(tmp_path):
+    """`steps -> ..` once made a resume delete the sibling runs beside the run directory."""
+    from honed.skills.rundir import SkillRunDir
+
+    sibling = tmp_path / "step_0099"  # what `discard_after` would have taken for a late step
+    (sibling / "keep").mkdir(parents=True)
+    run = SkillRunDir(tmp_path / "run")
+    run.path.mkdir()
+    (run.path / "steps").symlink_to("..")
+    with pytest.raises(HonedError, match=r"steps leads outside the run directory"):
+        run.discard_after(step=1, versions=0, epochs_closed=0)
+    with pytest.raises(HonedError, match="leads outside"):
+        run.discard_progress()
+    assert (sibling / "keep").is_dir()
+
+
+def test_a_shared_best_skill_linked_to_a_private_file_is_never_read(tmp_path):
+    from honed.skills.rundir import SkillRunDir
+
+    secret = tmp_path / "id_rsa"
+    secret.write_text("PRIVATE")
+    run = SkillRunDir(tmp_path / "run")
+    run.path.mkdir()
+    (run.path / "best_skill.md").symlink_to(secret)
+    with pytest.raises(HonedError, match=r"best_skill\.md leads outside"):
+        run.best_path.read_text()
+    with pytest.raises(HonedError, match=r"best_skill\.md leads outside"):
+        run.create()  # refused before anything is written
+
+
+def test_a_grpo_resume_does_not_write_through_a_link_out_of_the_run(tmp_path, capsys):
+    code, _ = _train(tmp_path, capsys, "-o", "trainer.max_steps=1")
+    assert code == 0
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched")
+    plot = tmp_path / "run" / "reward.png"
+    plot.unlink()
+    plot.symlink_to(victim)
+    code, err = _train(tmp_path, capsys, "-o", "trainer.max_steps=2", "--resume")
+    assert code == 2 and len(err) == 1 and "reward.png leads outside the run directory" in err[0]
+    assert victim.read_text() == "untouched"
+
+
+def test_a_checkpoint_linked_from_outside_is_not_loaded_and_links_inside_are_fine(tmp_path):
+    from honed.runs.rundir import RunDir
+
+    run = RunDir(tmp_path / "run")
+    (run.path / "checkpoints" / "step_1").mkdir(parents=True)
+    (run.path / "checkpoints" / "step_1" / "trainer_state.pt").write_bytes(b"")
+    (run.path / "checkpoints" / "step_2").symlink_to("step_1")  # inside: allowed
+    assert [step for step, _ in run.step_checkpoints()] == [1, 2]
+    run.prune(keep_last=1)  # removes step_1 itself; the link step_2 now dangles
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "trainer_state.pt").write_bytes(b"")
+    (run.path / "checkpoints" / "step_3").symlink_to(outside)
+    with pytest.raises(HonedError, match=r"step_3/trainer_state\.pt leads outside"):
+        run.latest_checkpoint()
+    assert (outside / "trainer_state.pt").exists()
+
+
+def test_plots_replace_a_link_instead_of_writing_through_it(tmp_path):
+    from honed.runs.plots import plot_rewards
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched")
+    out = tmp_path / "reward.png"
+    out.symlink_to(victim)
+    plot_rewards([{"step": 1, "reward/mean": 0.5}], out)
+    assert victim.read_text() == "untouched"
+    assert not out.is_symlink() and out.read_bytes().startswith(b"\x89PNG")

@@ -235,7 +235,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
     trainer.policy = trainer._warm_start()
     results = trainer._evaluate()
     atomic_write_json(
-        run.path / "warmstart_eval.json", {"warmstart": trainer.warmstart, "eval": results}
+        run.file("warmstart_eval.json"), {"warmstart": trainer.warmstart, "eval": results}
     )
     reporter.values(f"warm-start, {config.eval.split} split", {**trainer.warmstart, **results})
     reporter.note(f"checkpoint: {run.warmstart}")
@@ -296,7 +296,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 agents, envs, args.split, num_items, params, derive_seed(config.seed, "eval")
             )
     reports = {name: table.to_dict() for name, table in tables.items()}
-    out = run.path / "eval" / f"{checkpoint.name}_{args.split}.json"
+    out = run.file("eval", f"{checkpoint.name}_{args.split}.json")
     atomic_write_json(
         out, {"checkpoint": str(checkpoint), "split": args.split, **results, "reports": reports}
     )

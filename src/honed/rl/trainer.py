@@ -516,7 +516,7 @@ class GRPOTrainer:
         self.sinks.close()
         summary = self.summary(final_eval, time.perf_counter() - started)
         self.run.write_summary(summary)
-        plot_rewards(self.run.read_jsonl(self.run.metrics_path), self.run.path / "reward.png")
+        plot_rewards(self.run.read_jsonl(self.run.metrics_path), self.run.file("reward.png"))
         return summary
 
     def _logged_eval(self) -> dict[str, float] | None:

@@ -1,4 +1,7 @@
-"""Atomic file writes: a reader (or a crash) never sees half a file or half a checkpoint."""
+"""Atomic file writes: a reader (or a crash) never sees half a file or half a checkpoint; and
+paths confined to a run directory: a run someone shared cannot make honed read, write or delete
+anything outside it through a symbolic link.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,26 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from honed.errors import HonedError
+
+
+def inside(root: str | Path, path: str | Path) -> Path:
+    """`path` itself, once every link on the way to it is known to stay inside `root`.
+
+    Links that stay inside the directory are allowed (a user may link a checkpoint to a
+    neighbouring step); a link out of it, or `..` that climbs out, is refused before any file
+    is touched.
+    """
+    root, path = Path(root), Path(path)
+    base = root.resolve()
+    target = path.resolve()
+    if target != base and base not in target.parents:
+        raise HonedError(
+            f"{path} leads outside the run directory {root} (to {target}); honed does not read, "
+            "write or delete files outside a run through links: remove the link"
+        )
+    return path
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:

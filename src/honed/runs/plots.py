@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -35,5 +36,12 @@ def plot_rewards(rows: list[dict[str, Any]], out: Path, window: int = 10) -> Non
     ax.set_title("GRPO training")
     ax.legend(loc="upper left")
     fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
+    # written beside `out` and renamed over it: a reader never sees half an image, and a link
+    # at `out` is replaced, never written through
+    tmp = out.with_name(f".{out.stem}.tmp-{os.getpid()}{out.suffix}")
+    try:
+        fig.savefig(tmp)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+        plt.close(fig)

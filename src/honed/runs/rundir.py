@@ -16,42 +16,68 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from honed.runs.files import atomic_write_json, atomic_write_text
+from honed.runs.files import atomic_write_json, atomic_write_text, inside
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 STATE_FILE = "trainer_state.pt"
 
 
 class RunDir:
+    """A GRPO run's directory. Every path it hands out has been checked to stay inside it
+    (`file`), so no read, write or delete through it follows a link out of the run."""
+
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
 
+    def file(self, *parts: str) -> Path:
+        return inside(self.path, self.path.joinpath(*parts))
+
     @property
     def config_path(self) -> Path:
-        return self.path / "config.yaml"
+        return self.file("config.yaml")
 
     @property
     def metrics_path(self) -> Path:
-        return self.path / "metrics.jsonl"
+        return self.file("metrics.jsonl")
 
     @property
     def samples_path(self) -> Path:
-        return self.path / "samples.jsonl"
+        return self.file("samples.jsonl")
 
     @property
     def summary_path(self) -> Path:
-        return self.path / "summary.json"
+        return self.file("summary.json")
 
     @property
     def checkpoints(self) -> Path:
-        return self.path / "checkpoints"
+        return self.file("checkpoints")
 
     @property
     def warmstart(self) -> Path:
-        return self.checkpoints / "warmstart"
+        return self.file("checkpoints", "warmstart")
 
     def create(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
+        self.check()
+
+    # The files and folders honed writes at a run's top level; `check` refuses a run whose
+    # entries link outside it before anything is written.
+    ENTRIES = (
+        "config.yaml",
+        "metrics.jsonl",
+        "samples.jsonl",
+        "summary.json",
+        "checkpoints",
+        "reward.png",
+        "eval",
+        "tensorboard",
+        "mlruns",
+        "warmstart_eval.json",
+    )
+
+    def check(self) -> None:
+        for name in self.ENTRIES:
+            self.file(name)
 
     def write_config(self, text: str) -> None:
         atomic_write_text(self.config_path, text)
@@ -90,7 +116,7 @@ class RunDir:
         found = []
         for child in self.checkpoints.iterdir():
             m = STEP_DIR.match(child.name)
-            if m and (child / STATE_FILE).is_file():
+            if m and inside(self.path, child / STATE_FILE).is_file():
                 found.append((int(m.group(1)), child))
         return sorted(found)
 
@@ -100,7 +126,10 @@ class RunDir:
 
     def prune(self, keep_last: int) -> None:
         for _, path in self.step_checkpoints()[:-keep_last]:
-            shutil.rmtree(path, ignore_errors=True)
+            if path.is_symlink():  # a link inside the run: drop the link, never its target
+                path.unlink()
+            else:
+                shutil.rmtree(path, ignore_errors=True)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         atomic_write_json(self.summary_path, summary)

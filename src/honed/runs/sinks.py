@@ -49,7 +49,7 @@ class TensorBoardSink:
                 "logging.tensorboard is on but TensorBoard is not installed: "
                 "pip install 'honed[tracking]'"
             ) from exc
-        self.writer = SummaryWriter(log_dir=str(run.path / "tensorboard"))
+        self.writer = SummaryWriter(log_dir=str(run.file("tensorboard")))
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         for key, value in _finite(metrics).items():
@@ -100,7 +100,7 @@ class MlflowSink:
             # Offline by default, like W&B: a file store inside the run directory (MLflow asks
             # for an explicit opt-in to its file store). MLFLOW_TRACKING_URI picks a server.
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-            mlflow.set_tracking_uri((run.path / "mlruns").resolve().as_uri())
+            mlflow.set_tracking_uri(run.file("mlruns").resolve().as_uri())
         mlflow.start_run(run_name=run.path.name)
         mlflow.log_params({"seed": config.seed, "policy": config.policy.model})
 

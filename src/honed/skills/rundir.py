@@ -31,35 +31,45 @@ from honed.skills.store import SkillStore
 
 
 class SkillRunDir(RunDir):
+    ENTRIES = (
+        *RunDir.ENTRIES,
+        "skills",
+        "best_skill.md",
+        "steps",
+        "consolidation",
+        "cache",
+        "state.json",
+    )
+
     @property
     def skills(self) -> SkillStore:
-        return SkillStore(self.path / "skills")
+        return SkillStore(self.file("skills"))
 
     @property
     def best_path(self) -> Path:
-        return self.path / "best_skill.md"
+        return self.file("best_skill.md")
 
     @property
     def steps(self) -> Path:
-        return self.path / "steps"
+        return self.file("steps")
 
     def step_dir(self, step: int) -> Path:
-        return self.steps / f"step_{step:04d}"
+        return self.file("steps", f"step_{step:04d}")
 
     def consolidation_dir(self, epoch: int) -> Path:
-        return self.path / "consolidation" / f"epoch_{epoch:02d}"
+        return self.file("consolidation", f"epoch_{epoch:02d}")
 
     @property
     def cache_path(self) -> Path:
-        return self.path / "cache" / "rollouts.jsonl"
+        return self.file("cache", "rollouts.jsonl")
 
     @property
     def state_path(self) -> Path:
-        return self.path / "state.json"
+        return self.file("state.json")
 
     @property
     def eval_dir(self) -> Path:
-        return self.path / "eval"
+        return self.file("eval")
 
     def holds_run(self) -> bool:
         return self.state_path.exists() or self.steps.exists() or self.skills.versions() != []
@@ -84,20 +94,28 @@ class SkillRunDir(RunDir):
             for child in self.steps.iterdir():
                 # `.step_N.tmp-*`: a step directory whose build was cut short
                 if child.name.startswith(".step_") or _number(child.name) > step:
-                    shutil.rmtree(child)
-        epochs = self.path / "consolidation"
+                    _remove(child)
+        epochs = self.file("consolidation")
         if epochs.is_dir():
             for child in epochs.iterdir():
                 if child.name.startswith(".epoch_") or _number(child.name) > epochs_closed:
-                    shutil.rmtree(child)
+                    _remove(child)
 
     def discard_progress(self) -> None:
         """A fresh start in a directory with an unfinished beginning (no state to resume):
         forget every version, step and summary, but keep the rollout cache, which stays valid."""
-        for path in (self.path / "skills", self.steps, self.path / "consolidation"):
-            shutil.rmtree(path, ignore_errors=True)
+        for path in (self.file("skills"), self.steps, self.file("consolidation")):
+            _remove(path)
         for path in (self.best_path, self.summary_path, self.state_path):
             path.unlink(missing_ok=True)
+
+
+def _remove(path: Path) -> None:
+    """Delete a run's file or folder; a link is removed itself, never what it points to."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
 
 
 def _number(name: str) -> int:

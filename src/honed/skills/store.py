@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from honed.errors import HonedError
-from honed.runs.files import atomic_write_text
+from honed.runs.files import atomic_write_text, inside
 from honed.skills.document import SkillDocument
 
 _VERSION_FILE = re.compile(r"^v(\d{4,})\.md$")
@@ -37,7 +37,7 @@ class SkillStore:
         self.directory = Path(directory)
 
     def path(self, number: int) -> Path:
-        return self.directory / f"v{number:04d}.md"
+        return inside(self.directory, self.directory / f"v{number:04d}.md")
 
     def versions(self) -> list[int]:
         """The saved version numbers, ascending."""
