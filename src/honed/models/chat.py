@@ -32,6 +32,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from honed.errors import HonedError, did_you_mean
+from honed.text import valid_text
 
 log = logging.getLogger(__name__)
 
@@ -165,8 +166,8 @@ def _message_text(content: Any) -> str:
     if content is None:
         return ""
     if isinstance(content, list):
-        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
-    return str(content)
+        content = "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+    return valid_text(str(content))  # a JSON escape like "\ud800" is no text to hash or write
 
 
 def _count(usage: dict[str, Any], key: str) -> int:

@@ -44,6 +44,7 @@ from typing import Any
 
 from honed.errors import HonedError
 from honed.skills.edits import Edit, InvalidEdit
+from honed.text import valid_text
 
 _NAME = r"[A-Za-z0-9_.-]+"
 _MARKER = re.compile(rf"<!--\s*(/?)protected:\s*({_NAME})\s*-->", re.IGNORECASE)
@@ -183,7 +184,8 @@ class SkillDocument:
     """An immutable skill text with its protected regions; edits return a new document."""
 
     def __init__(self, text: str = "") -> None:
-        self.text = text.replace("\r\n", "\n")
+        # text from an optimizer reply may hold lone surrogates; hashing and writing need UTF-8
+        self.text = valid_text(text).replace("\r\n", "\n")
         self.regions = parse_regions(self.text)
 
     @classmethod

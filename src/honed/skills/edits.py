@@ -22,6 +22,8 @@ from typing import Any
 
 import json_repair
 
+from honed.text import MAX_REPAIR_CHARS, valid_text, valid_values
+
 OPS = ("append", "insert_after", "replace", "delete")
 NEEDS_TARGET = ("insert_after", "replace", "delete")
 NEEDS_CONTENT = ("append", "insert_after", "replace")
@@ -93,19 +95,26 @@ class ParsedEdits:
 
 def decode_json(text: str) -> Any:
     """JSON from an LLM reply: plain, inside a code fence, or repaired as a last resort
-    (`None` when there is none); the rank and consolidation stages read their replies with it."""
+    (`None` when there is none); the rank and consolidation stages read their replies with it.
+    Never raises: text is made valid UTF-8, and what cannot be read safely is `None`."""
+    text = valid_text(text)
     candidates = [text.strip()]
     fenced = _FENCE.search(text)
     if fenced:
         candidates.insert(0, fenced.group(1).strip())
     for candidate in candidates:
         try:
-            return json.loads(candidate)
-        except ValueError:
+            return valid_values(json.loads(candidate))
+        except (ValueError, RecursionError):  # huge numbers and deep nesting included
             continue
-    repaired = json_repair.loads(candidates[0])
+    if len(candidates[0]) > MAX_REPAIR_CHARS:
+        return None  # repair costs more than linear time; a reply this long is junk
+    try:
+        repaired = json_repair.loads(candidates[0])
+    except (ValueError, RecursionError, TypeError, IndexError):
+        return None
     # json_repair turns prose into "" or a bare string; that is no JSON object at all.
-    return repaired if isinstance(repaired, dict | list) else None
+    return valid_values(repaired) if isinstance(repaired, dict | list) else None
 
 
 def _edit_list(data: Any) -> list[Any] | None:

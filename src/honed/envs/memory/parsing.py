@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import json_repair
 
 from honed.envs.memory.tools import ToolCall, call_from_object
+from honed.text import MAX_REPAIR_CHARS, valid_text, valid_values
 
 _CALL_KEYS = ("name", "function", "i", "u", "d")
 _OPEN, _CLOSE = "[{", "]}"
@@ -39,8 +40,21 @@ class ParseResult:
 
 
 def parse_calls(text: str) -> ParseResult:
-    """The tool calls in a model reply (see the module docstring); never raises."""
-    values = _json_values(text)
+    """The tool calls in a model reply (see the module docstring); never raises.
+
+    Hostile replies are counted as failed, not raised: numbers too long for Python's int
+    conversion limit and nesting deeper than the recursion limit (`ValueError`,
+    `RecursionError`), spans longer than `MAX_REPAIR_CHARS` (not repaired: the repair is
+    slower than linear); strings are made valid UTF-8 before anything uses them.
+    """
+    try:
+        return _parse(valid_text(text))
+    except (ValueError, RecursionError):
+        return ParseResult([], failed=True)
+
+
+def _parse(text: str) -> ParseResult:
+    values = [(valid_values(v), r) for v, r in _json_values(text)]
     repaired = any(r for _, r in values)
     objects = [o for value, _ in values for o in _flatten(value)]
     if not any(_call_shaped(o) for o in objects):
@@ -71,15 +85,17 @@ def _json_values(text: str) -> list[tuple[object, bool]]:
         value = json.loads(text)
         if isinstance(value, list | dict):
             return [(value, False)]
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):
         pass
     values: list[tuple[object, bool]] = []
     for span in _spans(text):
         try:
             values.append((json.loads(span), False))
             continue
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):
             pass
+        if len(span) > MAX_REPAIR_CHARS:
+            continue
         try:
             value = json_repair.loads(span)
         except Exception:  # json_repair's own failures on hostile input must not escape
