@@ -154,3 +154,96 @@ def test_plots_replace_a_link_instead_of_writing_through_it(tmp_path):
     plot_rewards([{"step": 1, "reward/mean": 0.5}], out)
     assert victim.read_text() == "untouched"
     assert not out.is_symlink() and out.read_bytes().startswith(b"\x89PNG")
+
+
+# A run directory's own config --------------------------------------------------------------
+
+
+def test_reach_lists_code_hosts_and_key_names_anywhere_in_a_config():
+    from honed.runs.trust import reach
+
+    found = reach(
+        {
+            "envs": [
+                {"name": "a", "type": "evil_module:Env"},
+                {"name": "b", "type": "dataset", "args": {"reward": "run/r.py:score"}},
+                {
+                    "name": "c",
+                    "type": "memory",
+                    "args": {"reader": {"base_url": "https://x.io/v1"}},
+                },
+            ],
+            "target": {"base_url": "http://10.0.0.9:8000/v1", "api_key_env": "AWS_SECRET"},
+            "note": "plain text: with a colon, not code",
+        }
+    )
+    assert found.imports == ["evil_module:Env", "run/r.py:score"]
+    assert found.hosts == ["10.0.0.9:8000", "x.io"]
+    assert found.secrets == ["AWS_SECRET"]
+
+
+def test_eval_does_not_act_on_a_run_config_that_imports_code(tmp_path, capsys):
+    code, _ = _train(tmp_path, capsys, "-o", "trainer.max_steps=1")
+    assert code == 0
+    run = tmp_path / "run"
+    marker = tmp_path / "imported"
+    (run / "evil.py").write_text(f"open({str(marker)!r}, 'w').close()\nclass Env:\n    pass\n")
+    import yaml
+
+    data = yaml.safe_load((run / "config.yaml").read_text())
+    data["envs"].append({"name": "evil", "type": f"{run / 'evil.py'}:Env"})
+    (run / "config.yaml").write_text(yaml.safe_dump(data))
+    assert main(["eval", str(run), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "evil.py:Env" in err[0] and "--trust-run-config" in err[0]
+    assert not marker.exists()
+    # the user's own config is theirs: it is used as it is
+    mine = write_config(tmp_path / "mine")
+    assert main(["eval", str(run), "--config", str(mine), "--quiet", "--num-items", "2"]) == 0
+    assert not marker.exists()
+
+
+def test_keys_are_never_sent_on_a_run_configs_word(tmp_path):
+    from skill_world import write_dataset
+
+    from honed.runs.trust import load_run_config
+    from honed.skills.config import SkillsConfig
+
+    paths = write_dataset(tmp_path)
+    config = tmp_path / "config.yaml"
+    server = {"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": "HF_TOKEN"}
+    import yaml
+
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "target": server,
+                "optimizer": server,
+                "envs": [{"name": "qa", "type": "qa", "args": {"path": paths["train"]}}],
+            }
+        )
+    )
+    with pytest.raises(HonedError, match=r"would contact 127\.0\.0\.1:9; send the environment"):
+        load_run_config(SkillsConfig, config, [], trust=False)
+    notes: list[str] = []
+    loaded = load_run_config(SkillsConfig, config, [], trust=True, note=notes.append)
+    assert loaded.target.api_key_env is None and loaded.optimizer.api_key_env is None
+    assert any("ignoring api_key_env (HF_TOKEN)" in n for n in notes)
+
+
+def test_eval_of_a_loose_checkpoint_writes_where_it_is_told(tmp_path, capsys):
+    code, _ = _train(tmp_path, capsys, "-o", "trainer.max_steps=1")
+    assert code == 0
+    [checkpoint] = (tmp_path / "run" / "checkpoints").glob("step_*")
+    loose = tmp_path / "shared" / "model"
+    loose.parent.mkdir()
+    checkpoint.rename(loose)
+    config = tmp_path / "config.yaml"
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["eval", str(loose), "--config", str(config), "--quiet", "--num-items", "2"]) == 2
+    assert "pass --out" in capsys.readouterr().err
+    out = tmp_path / "result.json"
+    args = ["eval", str(loose), "--config", str(config), "--out", str(out), "--quiet"]
+    assert main([*args, "--num-items", "2"]) == 0
+    assert out.is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*before, "result.json"])

@@ -130,6 +130,26 @@ def test_cache_hits_make_no_target_calls_for_the_same_skill_and_items(world_serv
     assert world.calls["target"] == len(items) + 3
 
 
+def test_cached_replies_are_scored_again_not_taken_at_the_files_word(world_server, tmp_path):
+    """A crafted cache claiming success for a wrong reply reports the reply's real score."""
+    _, server = world_server
+    env = qa_env(tmp_path)
+    items = env.items("validation")[:3]
+    cache = RolloutCache(tmp_path / "rollouts.jsonl")
+    run = runner(server, env, cache)
+    skill = SkillDocument("")
+    first = run.run(skill, items, "gate")
+    assert all(r.hard == 0.0 for r in first)
+    digest = f"{run.fingerprint}-{skill.content_hash}"
+    lies = [
+        Rollout(r.env, r.item_key, r.prompt, "no idea", 1.0, 1.0, r.expected, r.kind) for r in first
+    ]
+    cache.put_many(digest, lies)
+    crafted = runner(server, env, RolloutCache(tmp_path / "rollouts.jsonl"))
+    again = crafted.run(skill, items, "gate")
+    assert all(r.cached and r.reply == "no idea" and r.hard == 0.0 for r in again)
+
+
 def test_a_cache_line_cut_short_by_a_crash_is_dropped(tmp_path):
     path = tmp_path / "rollouts.jsonl"
     good = Rollout("qa", "qa:1", "q", "a", 1.0, 1.0)

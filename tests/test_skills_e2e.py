@@ -130,9 +130,9 @@ def test_skills_eval_scores_a_skill_from_the_run_cache(full_run, world):
     w, _ = world
     calls = w.calls["target"]
     best = full_run / "best_skill.md"
-    assert (
-        main(["skills", "eval", "--skill", str(best), "--run-dir", str(full_run), "--quiet"]) == 0
-    )
+    ask = ["skills", "eval", "--skill", str(best), "--run-dir", str(full_run), "--quiet"]
+    assert main(ask) == 2  # the run's own config names a server: not without being told
+    assert main([*ask, "--trust-run-config"]) == 0
     result = read(full_run / "eval" / "best_skill_test.json")
     assert result["hard"] == 1.0 and result["qa/zeta/hard"] == 1.0
     assert w.calls["target"] == calls  # every answer came from the run's cache

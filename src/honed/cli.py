@@ -15,6 +15,7 @@ from honed.errors import HonedError
 from honed.runs.files import atomic_write_dir, atomic_write_json
 from honed.runs.progress import Reporter
 from honed.runs.rundir import STATE_FILE, RunDir
+from honed.runs.trust import load_run_config
 
 if TYPE_CHECKING:
     from honed.models.policy import Policy
@@ -98,7 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("path", metavar="RUN_DIR_OR_CHECKPOINT")
     ev.add_argument("--split", default="test", choices=["train", "validation", "test"])
     ev.add_argument("--num-items", type=int, help="items per environment (default: config)")
-    ev.add_argument("--config", help="config to use when the checkpoint is outside a run dir")
+    ev.add_argument("--config", help="the config to evaluate with (default: the run's own)")
+    ev.add_argument(
+        "--trust-run-config",
+        action="store_true",
+        help="use the run's own config even if it imports code or contacts hosts",
+    )
+    ev.add_argument("--out", help="where the results go (default: the run's eval/ folder)")
     ev.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
     ev.add_argument("--quiet", action="store_true")
 
@@ -148,6 +155,11 @@ def _add_skills_parser(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--skill", required=True, help="the skill file (Markdown)")
     ev.add_argument("--split", default="test", choices=["train", "validation", "test"])
     ev.add_argument("--run-dir", help="a skills run: its config, cache and eval/ folder")
+    ev.add_argument(
+        "--trust-run-config",
+        action="store_true",
+        help="use the run's own config although it names servers or code (keys are not sent)",
+    )
     ev.add_argument("--num-items", type=int, help="items per environment (default: config)")
     ev.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
     ev.add_argument("--quiet", action="store_true")
@@ -263,16 +275,29 @@ def cmd_eval(args: argparse.Namespace) -> int:
             raise HonedError(f"{path} has no checkpoint to evaluate yet")
     elif (path / "config.json").is_file():
         checkpoint = path
-        run = RunDir(path.parent.parent)
+        parent = RunDir(path.parent.parent)
+        # a checkpoint inside a run's checkpoints/ belongs to that run; anywhere else, to none
+        in_run = path.parent.name == "checkpoints" and parent.config_path.is_file()
+        run = parent if in_run else None
     else:
         raise HonedError(f"{path} is neither a run directory nor a model checkpoint")
-    config_file = args.config or (run.config_path if run.config_path.exists() else None)
-    if config_file is None:
+    reporter = Reporter(enabled=not args.quiet)
+    if args.config:
+        config = load_config(args.config, args.override)
+    elif run is not None:
+        config = load_run_config(
+            Config, run.config_path, args.override, args.trust_run_config, reporter.note
+        )
+    else:
         raise HonedError(f"{checkpoint} is outside a run directory: pass --config")
-    config = load_config(config_file, args.override)
+    if args.out:
+        out = Path(args.out)
+    elif run is not None:
+        out = run.file("eval", f"{checkpoint.name}_{args.split}.json")
+    else:
+        raise HonedError(f"{checkpoint} is outside a run directory: pass --out FILE for the result")
     envs = build_envs(config)
     policy = Policy.load(checkpoint, config.policy.dtype, config.policy.chat_template)
-    reporter = Reporter(enabled=not args.quiet)
     num_items = args.num_items or config.eval.num_items
     with reporter.status(f"evaluating {checkpoint} on {args.split}"):
         results = evaluate(
@@ -296,14 +321,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 agents, envs, args.split, num_items, params, derive_seed(config.seed, "eval")
             )
     reports = {name: table.to_dict() for name, table in tables.items()}
-    out = run.file("eval", f"{checkpoint.name}_{args.split}.json")
     atomic_write_json(
         out, {"checkpoint": str(checkpoint), "split": args.split, **results, "reports": reports}
     )
     reporter.values(f"{checkpoint} — {args.split}", results)
     for name, table in tables.items():
         reporter.table(f"{name}: {table.title}, {args.split} split", table.columns, table.rows)
-    if reports and run.summary_path.exists():
+    if reports and args.out is None and run is not None and run.summary_path.exists():
         summary = run.read_summary()
         summary.setdefault("reports", {})[args.split] = {"checkpoint": str(checkpoint), **reports}
         run.write_summary(summary)
@@ -333,11 +357,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report_agents(run: RunDir, checkpoint: Path, policy: Policy, config: Config) -> dict:
+def _report_agents(run: RunDir | None, checkpoint: Path, policy: Policy, config: Config) -> dict:
     """The policies an environment report compares: the run's warm-start and the evaluated one."""
     from honed.models.policy import Policy
 
     agents = {}
+    if run is None:
+        return {checkpoint.name: policy}
     if (run.warmstart / "config.json").is_file() and checkpoint != run.warmstart:
         p = config.policy
         agents["warm-start agent"] = Policy.load(
@@ -410,21 +436,25 @@ def cmd_skills_train(args: argparse.Namespace) -> int:
 
 
 def cmd_skills_eval(args: argparse.Namespace) -> int:
-    from honed.skills.config import load_skills_config
+    from honed.skills.config import SkillsConfig, load_skills_config
     from honed.skills.document import SkillDocument
     from honed.skills.rollout import RolloutCache
     from honed.skills.rundir import SkillRunDir
     from honed.skills.trainer import evaluate_skill
 
     run = SkillRunDir(args.run_dir) if args.run_dir else None
-    config_file = args.config or (run.config_path if run is not None else None)
-    if config_file is None:
-        raise HonedError("give a skills CONFIG or --run-dir (whose config.yaml is used)")
-    if run is not None and not Path(config_file).is_file():
-        raise HonedError(f"{run.path} holds no skills run (no {run.config_path.name})")
-    config = load_skills_config(config_file, args.override)
-    skill = SkillDocument.load(args.skill)
     reporter = Reporter(enabled=not args.quiet)
+    if args.config:
+        config = load_skills_config(args.config, args.override)
+    elif run is None:
+        raise HonedError("give a skills CONFIG or --run-dir (whose config.yaml is used)")
+    elif not run.config_path.is_file():
+        raise HonedError(f"{run.path} holds no skills run (no {run.config_path.name})")
+    else:
+        config = load_run_config(
+            SkillsConfig, run.config_path, args.override, args.trust_run_config, reporter.note
+        )
+    skill = SkillDocument.load(args.skill)
     cache = RolloutCache(run.cache_path if run is not None else None)
     num_items = args.num_items or config.eval.num_items
     results = evaluate_skill(config, skill, args.split, num_items, cache, reporter)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -427,12 +427,17 @@ def _explain(err: ValidationError, source: str, model: type[BaseModel] = Config)
 
 
 def load_model(
-    model: type[ModelT], path: str | Path | None, overrides: list[str] | None = None
+    model: type[ModelT],
+    path: str | Path | None,
+    overrides: list[str] | None = None,
+    transform: Callable[[dict[str, Any]], None] | None = None,
 ) -> ModelT:
     """Read a YAML file (or start from defaults when `path` is None), apply `-o` overrides and
     validate the result as `model`; every problem is a one-line `HonedError`.
 
     Shared by every command that takes a config (`honed train`, `honed skills train`, ...).
+    `transform` edits the raw data before the overrides (`honed.runs.trust` removes key names
+    from a run directory's own config with it).
     """
     data: dict[str, Any] = {}
     source = "config"
@@ -448,6 +453,8 @@ def load_model(
         if loaded is not None and not isinstance(loaded, dict):
             raise HonedError(f"{path}: the top level must be a mapping of sections")
         data = loaded or {}
+    if transform is not None:
+        transform(data)
     for assignment in overrides or []:
         apply_override(data, assignment)
     try:

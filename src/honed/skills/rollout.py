@@ -29,6 +29,7 @@ from honed.errors import HonedError
 from honed.models.chat import ChatClient, ChatModelConfig, Messages
 from honed.runs.files import atomic_write_text
 from honed.skills.document import SkillDocument
+from honed.text import valid_text
 from honed.types import Item, Prompt, prompt_text
 
 
@@ -220,15 +221,21 @@ class TargetRunner:
         digest = f"{self.fingerprint}-{skill.content_hash}"
         known: dict[tuple[str, str], Rollout] = {}
         todo: dict[tuple[str, str], Item] = {}
+        hits: dict[tuple[str, str], tuple[Item, str]] = {}
         for item in items:
             ident = (item.env, item.key)
-            if ident in known or ident in todo:
+            if ident in hits or ident in todo:
                 continue
             hit = self.cache.get(digest, item.env, item.key)
-            if hit is None:
+            if hit is None or not isinstance(hit.reply, str):
                 todo[ident] = item
             else:
-                known[ident] = replace(hit, cached=True)
+                hits[ident] = (item, valid_text(hit.reply))
+        # A cached reply is scored again, never taken at the cache file's word: the file sits
+        # in a run directory, which may come from someone else.
+        cached = [item for item, _ in hits.values()]
+        for rollout in self._score(cached, [reply for _, reply in hits.values()]):
+            known[(rollout.env, rollout.item_key)] = replace(rollout, cached=True)
         fresh = self._answer(skill, list(todo.values()), stage)
         self.cache.put_many(digest, fresh)
         known.update(((r.env, r.item_key), r) for r in fresh)
@@ -239,6 +246,11 @@ class TargetRunner:
             return []
         prompts = [self.envs[item.env].prompt(item) for item in items]
         replies = self.client.chat_many([self.messages(skill, p) for p in prompts], stage=stage)
+        return self._score(items, replies)
+
+    def _score(self, items: list[Item], replies: list[str]) -> list[Rollout]:
+        """Each reply scored by its item's environment, in order."""
+        prompts = [self.envs[item.env].prompt(item) for item in items]
         by_env: dict[str, list[int]] = defaultdict(list)
         for i, item in enumerate(items):
             by_env[item.env].append(i)
