@@ -247,3 +247,44 @@ def test_eval_of_a_loose_checkpoint_writes_where_it_is_told(tmp_path, capsys):
     assert main([*args, "--num-items", "2"]) == 0
     assert out.is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*before, "result.json"])
+
+
+def test_a_file_in_the_working_directory_cannot_shadow_an_installed_module(tmp_path, monkeypatch):
+    import sys
+
+    from honed.user_code import load_object
+
+    (tmp_path / "colorsys.py").write_text("HIJACKED = True\n")
+    (tmp_path / "my_reward_mod.py").write_text("def f(completions, **kw):\n    return [0.0]\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    sys.modules.pop("colorsys", None)
+    assert callable(load_object("my_reward_mod:f", "reward function"))
+    import colorsys
+
+    assert not hasattr(colorsys, "HIJACKED")
+    sys.modules.pop("my_reward_mod", None)
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed"),
+    [
+        ("https://api.example.com/v1", True),
+        ("http://127.0.0.1:8000/v1", True),
+        ("http://localhost:11434/v1", True),
+        ("http://10.0.0.7:8000/v1", False),
+        ("http://api.example.com/v1", False),
+    ],
+)
+def test_a_key_goes_over_plain_http_only_to_this_machine(url, allowed):
+    from pydantic import ValidationError
+
+    from honed.models.chat import ChatModelConfig
+
+    if allowed:
+        ChatModelConfig(base_url=url, model="m", api_key_env="K")
+    else:
+        with pytest.raises(ValidationError, match="unencrypted; use https://"):
+            ChatModelConfig(base_url=url, model="m", api_key_env="K")
+        ChatModelConfig(base_url=url, model="m", api_key_env="K", allow_insecure_http=True)
+    ChatModelConfig(base_url=url, model="m")  # no key: nothing secret to send

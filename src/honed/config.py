@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+from urllib.parse import urlparse
 
 import yaml
 from pydantic import (
@@ -254,6 +255,20 @@ class LoggingConfig(Strict):
     progress: bool = True
 
 
+def key_over_plain_http(url: str, api_key_env: str | None, allowed: bool) -> str | None:
+    """Why sending the key to `url` is refused, or `None`: a key goes over plain http:// only
+    to this machine, unless the user allows it (a network of their own)."""
+    parsed = urlparse(url)
+    local = parsed.hostname in ("localhost", "127.0.0.1", "::1")
+    if not api_key_env or parsed.scheme != "http" or local or allowed:
+        return None
+    return (
+        f"{url} is plain http:// to another machine, so the key in {api_key_env} would cross "
+        "the network unencrypted; use https://, or set allow_insecure_http: true if the "
+        "network is yours"
+    )
+
+
 class ServerConfig(Strict):
     """OpenAI-compatible inference servers (vLLM, SGLang) that generate the rollouts.
 
@@ -274,6 +289,15 @@ class ServerConfig(Strict):
     weight_sync: str = "reload"
     reload_endpoint: str = "/update_weights_from_disk"
     weights_dir: str | None = None
+    allow_insecure_http: bool = False
+
+    @model_validator(mode="after")
+    def _key_only_over_https(self) -> ServerConfig:
+        for url in self.base_url:
+            problem = key_over_plain_http(url, self.api_key_env, self.allow_insecure_http)
+            if problem:
+                raise ValueError(problem)
+        return self
 
     @field_validator("base_url", mode="before")
     @classmethod

@@ -22,8 +22,10 @@ def load_object(spec: str, what: str) -> object:
     """The object that `spec` names; `what` says what it is for messages ("reward function").
 
     A `module` target is imported with the current working directory on `sys.path` (so a
-    `reward.py` next to the config just works); a target ending in `.py` or containing a path
-    separator is loaded from that file.
+    `reward.py` next to the config just works), at the end of it: a file in the directory
+    cannot shadow an installed or standard module (a stray `json.py` taking over `import json`
+    for the whole process). A target ending in `.py` or containing a path separator is loaded
+    from that file.
     """
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr:
@@ -44,7 +46,7 @@ def load_object(spec: str, what: str) -> object:
 def _import_module(target: str, what: str, spec: str) -> ModuleType:
     cwd = os.getcwd()
     if cwd not in sys.path:
-        sys.path.insert(0, cwd)
+        sys.path.append(cwd)
     try:
         return importlib.import_module(target)
     except ModuleNotFoundError as exc:

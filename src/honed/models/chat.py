@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from honed.config import key_over_plain_http
 from honed.errors import HonedError, did_you_mean
 from honed.text import valid_text
 
@@ -66,6 +67,15 @@ class ChatModelConfig(BaseModel):
     concurrency: int = Field(default=8, ge=1)
     backoff_s: float = Field(default=1.0, ge=0)
     extra_body: dict[str, Any] = Field(default_factory=dict)
+    # a key goes over plain http:// only to this machine unless this is set
+    allow_insecure_http: bool = False
+
+    @model_validator(mode="after")
+    def _key_only_over_https(self) -> ChatModelConfig:
+        problem = key_over_plain_http(self.base_url, self.api_key_env, self.allow_insecure_http)
+        if problem:
+            raise ValueError(problem)
+        return self
 
     @field_validator("base_url")
     @classmethod
