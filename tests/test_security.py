@@ -288,3 +288,51 @@ def test_a_key_goes_over_plain_http_only_to_this_machine(url, allowed):
             ChatModelConfig(base_url=url, model="m", api_key_env="K")
         ChatModelConfig(base_url=url, model="m", api_key_env="K", allow_insecure_http=True)
     ChatModelConfig(base_url=url, model="m")  # no key: nothing secret to send
+
+
+_RAY_SCRIPT = """
+import os, subprocess, sys
+from honed.distributed import require_ray_token
+require_ray_token()
+from honed.distributed.ray_backend import connect
+import ray
+assert connect("local")
+print("own task", ray.get(ray.remote(lambda: 41 + 1).remote()), flush=True)
+address = ray.get_runtime_context().gcs_address
+env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+join = f"import ray; ray.init(address={address!r}); print('joined')"
+outsider = subprocess.run(
+    [sys.executable, "-c", join], env=env, capture_output=True, text=True, timeout=120
+)
+print("outsider", outsider.returncode, "joined" in outsider.stdout, flush=True)
+# the control: a client holding the token joins the same address
+insider = subprocess.run(
+    [sys.executable, "-c", join], env=dict(os.environ), capture_output=True, text=True, timeout=120
+)
+print("insider", insider.returncode, "joined" in insider.stdout, flush=True)
+ray.shutdown()
+"""
+
+
+def test_the_local_ray_cluster_honed_starts_refuses_clients_without_its_token(tmp_path):
+    """An outside process (no token) cannot join the cluster, while the learner's own tasks
+    run. Run in fresh interpreters: Ray reads its authentication settings on import."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("ray") is None:
+        if os.environ.get("HONED_REQUIRE_RAY"):
+            raise RuntimeError("Ray is missing: pip install 'honed[distributed]'")
+        pytest.skip("Ray is not installed: pip install 'honed[distributed]'")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    done = subprocess.run(
+        [sys.executable, "-c", _RAY_SCRIPT],
+        env={**env, "HOME": str(tmp_path)},  # no token file of this user's either
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "own task 42" in done.stdout, done.stderr[-2000:]
+    assert "outsider 1 False" in done.stdout, done.stdout + done.stderr[-2000:]
+    assert "insider 0 True" in done.stdout, done.stdout + done.stderr[-2000:]

@@ -8,6 +8,10 @@ the learner by `max_staleness` steps. Ray is imported only when configured.
 
 from __future__ import annotations
 
+import logging
+import os
+import secrets
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -20,6 +24,8 @@ from honed.distributed.weight_sync import build_weight_sync
 from honed.envs.base import Environment
 from honed.models.policy import Policy, PolicySampler, SamplingParams
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "LocalBackend",
     "RolledGroup",
@@ -28,6 +34,28 @@ __all__ = [
     "RolloutRequest",
     "build_backend",
 ]
+
+
+def require_ray_token() -> None:
+    """Make the local Ray cluster honed starts accept only clients holding its token.
+
+    Without authentication, anyone who can reach the machine's Ray ports can join the cluster
+    and run code. Ray reads its authentication settings when it is imported, so this must run
+    first: a fresh random token goes into `RAY_AUTH_TOKEN` with `RAY_AUTH_MODE=token`, and
+    every process of the cluster (started by this one) inherits both. Settings the user made
+    are left alone; if Ray was imported before, a warning says how to set them.
+    """
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    if "ray" in sys.modules:
+        log.warning(
+            "Ray was imported before honed could turn on token authentication for the local "
+            "cluster; set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN before importing Ray "
+            "(docs/security.md)"
+        )
+        return
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
 
 
 def build_backend(
@@ -46,6 +74,8 @@ def build_backend(
         weight_sync = build_weight_sync(dist.server, run_dir, clients)
         generator = CompletionsGenerator(dist.server, policy, params, clients)
     if dist.backend == "ray":
+        if dist.address == "local":
+            require_ray_token()
         from honed.distributed.ray_backend import RayBackend
 
         return RayBackend(config, weight_sync)
