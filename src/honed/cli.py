@@ -34,7 +34,7 @@ Train LLM agents by reinforcement (GRPO) and by reflection (skill optimisation).
   honed export runs/quickstart OUT_DIR                     the model as a plain HF folder
   honed sft CONFIG                                         supervised warm-start only
   honed skills train examples/skills_qa.yaml               optimise a skill document
-  honed skills eval --skill best_skill.md --split test --run-dir runs/skills_qa
+  honed skills eval examples/skills_qa.yaml --skill best_skill.md --run-dir runs/skills_qa
 """
 
 
