@@ -221,27 +221,26 @@ MUTANTS = [
     Mutant(
         "pi_old re-taken at every iteration (ratio always 1)",
         "rl/update.py",
-        "surr = clipped_surrogate(logp, state.old, adv, cfg.epsilon, cfg.clip_high)",
-        "surr = clipped_surrogate(logp, logp.detach(), adv, cfg.epsilon, cfg.clip_high)",
+        "grpo_loss(\n                logp,\n                state.old,",
+        "grpo_loss(\n                logp,\n                logp.detach(),",
     ),
     Mutant(
         "pi_old from the sampler's log-probs",
         "rl/update.py",
-        "surr = clipped_surrogate(logp, state.old, adv, cfg.epsilon, cfg.clip_high)",
-        "surr = clipped_surrogate(logp, torch.where(off, state.old, behaviour), adv, "
-        "cfg.epsilon, cfg.clip_high)",
+        "grpo_loss(\n                logp,\n                state.old,",
+        "grpo_loss(\n                logp,\n                torch.where(off, state.old, behaviour),",
     ),
     Mutant(
         "epsilon_low and epsilon_high swapped",
         "rl/update.py",
-        "clipped_surrogate(logp, state.old, adv, cfg.epsilon, cfg.clip_high)",
-        "clipped_surrogate(logp, state.old, adv, cfg.clip_high, cfg.epsilon)",
+        "epsilon_low=cfg.epsilon,\n                epsilon_high=cfg.clip_high,",
+        "epsilon_low=cfg.clip_high,\n                epsilon_high=cfg.epsilon,",
     ),
     Mutant(
         "KL sign in the loss",
-        "rl/update.py",
-        "per_token = per_token + cfg.beta * kl",
-        "per_token = per_token - cfg.beta * kl",
+        "rl/loss.py",
+        "per_token = per_token + beta * kl",
+        "per_token = per_token - beta * kl",
     ),
     Mutant(
         "reference scored with the policy",
@@ -265,9 +264,9 @@ MUTANTS = [
     ),
     Mutant(
         "importance weights not applied",
-        "rl/update.py",
-        "                per_token = per_token * is_weight",
-        "                pass",
+        "rl/loss.py",
+        "        per_token = per_token * is_weight",
+        "        pass",
     ),
     Mutant(
         "learning-rate schedule never advances",

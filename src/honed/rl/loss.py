@@ -141,3 +141,63 @@ def truncated_importance_weights(
     log_ratio = (proximal_logp - behaviour_logp).detach().masked_fill(~mask, 0.0)
     weights = torch.exp(log_ratio.clamp(max=math.log(cap)))
     return weights, (log_ratio > math.log(cap)) & mask
+
+
+@dataclass
+class LossOut:
+    """One micro-batch's share of the step's loss, and what it was made of (for metrics)."""
+
+    loss: torch.Tensor  # scalar: Σ over tokens of weight · per-token loss
+    surrogate: SurrogateOut
+    kl: torch.Tensor | None  # [B, C] per-token KL term, when there is a reference
+    off_policy: torch.Tensor  # [B, C] tokens that carry an importance weight
+    is_weight: torch.Tensor | None  # [B, C] those weights (1 elsewhere)
+    capped: torch.Tensor | None  # [B, C] where the cap bound them
+
+
+def grpo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    weights: torch.Tensor,
+    *,
+    epsilon_low: float,
+    epsilon_high: float,
+    ref_logp: torch.Tensor | None = None,
+    beta: float = 0.0,
+    kl_estimator: str = "k3",
+    behaviour_logp: torch.Tensor | None = None,
+    off_policy: torch.Tensor | None = None,
+    importance_sampling_cap: float = 2.0,
+) -> LossOut:
+    """The whole GRPO objective of one micro-batch: what `honed train` minimises.
+
+        loss = Σ_{i,t} w_{i,t} · IS_{i,t} · ( −min(ρ_{i,t} A_i, clip(ρ_{i,t}, 1−ε_low, 1+ε_high) A_i)
+                                             + β · KL_{i,t} )
+
+    with ρ = π_θ / π_old (`logp`, `old_logp`: [B, C]), A the sequence's advantage ([B]), KL the
+    per-token estimator against the reference (`kl_penalty`; only when `ref_logp` is given),
+    IS = min(π_old / μ, cap) on `off_policy` tokens and 1 elsewhere
+    (`truncated_importance_weights`, μ = `behaviour_logp`), and w the token weights of
+    `token_weights`, which fix the `loss_type`'s normaliser for the whole optimizer step, so
+    summing the micro-batches' losses gives the full batch's, however it is split. Padding
+    has weight 0.
+    """
+    surrogate = clipped_surrogate(logp, old_logp, advantages, epsilon_low, epsilon_high)
+    per_token = surrogate.per_token_loss
+    kl = None
+    if ref_logp is not None:
+        kl = kl_penalty(logp, ref_logp, kl_estimator)
+        per_token = per_token + beta * kl
+    if off_policy is None:
+        off_policy = torch.zeros_like(logp, dtype=torch.bool)
+    is_weight = capped = None
+    if bool(off_policy.any()):
+        if behaviour_logp is None:
+            raise ValueError("off-policy tokens need the behaviour log-probs")
+        is_weight, capped = truncated_importance_weights(
+            old_logp, behaviour_logp, off_policy, importance_sampling_cap
+        )
+        per_token = per_token * is_weight
+    loss = (per_token * weights).sum()
+    return LossOut(loss, surrogate, kl, off_policy, is_weight, capped)

@@ -38,13 +38,7 @@ from honed.models.dropout import dropout_active
 from honed.models.policy import Policy
 from honed.models.prefix import ScoreBatch, batch_logprobs, build_batch
 from honed.rl.advantages import compute_advantages, group_units
-from honed.rl.loss import (
-    clipped_surrogate,
-    kl_penalty,
-    kl_reward_penalty,
-    token_weights,
-    truncated_importance_weights,
-)
+from honed.rl.loss import grpo_loss, kl_reward_penalty, token_weights
 from honed.types import Group
 
 # One group's KL reward penalties: per trajectory, per segment, β·Σ k1 over its tokens.
@@ -345,26 +339,29 @@ class PolicyUpdate:
             behaviour = _pad([s.old_logprobs for s in chunk], width)
             off = torch.as_tensor([s.off_policy for s in chunk], dtype=torch.bool)[:, None]
             adv = torch.as_tensor([s.advantage for s in chunk], dtype=torch.float32)
-            surr = clipped_surrogate(logp, state.old, adv, cfg.epsilon, cfg.clip_high)
-            per_token = surr.per_token_loss
-            kl = None
-            if state.ref is not None:
-                kl = kl_penalty(logp, state.ref, cfg.kl_estimator)
-                per_token = per_token + cfg.beta * kl
-            mask = batch.completion_mask.float()
-            off_mask = off & batch.completion_mask.bool()
-            if bool(off_mask.any()):
-                is_weight, capped = truncated_importance_weights(
-                    state.old, behaviour, off_mask, self.importance_sampling_cap
-                )
-                per_token = per_token * is_weight
-                sums["off"] += float(off_mask.sum())
-                sums["capped"] += float(capped.sum())
-                sums["is_weight"] += float((is_weight * off_mask).sum())
             w = torch.zeros((len(chunk), width), dtype=torch.float32)
             for row, i in enumerate(idx):
                 w[row, : len(weights[i])] = weights[i].to(torch.float32)
-            loss = (per_token * w).sum()
+            out = grpo_loss(
+                logp,
+                state.old,
+                adv,
+                w,
+                epsilon_low=cfg.epsilon,
+                epsilon_high=cfg.clip_high,
+                ref_logp=state.ref,
+                beta=cfg.beta,
+                kl_estimator=cfg.kl_estimator,
+                behaviour_logp=behaviour,
+                off_policy=off & batch.completion_mask.bool(),
+                importance_sampling_cap=self.importance_sampling_cap,
+            )
+            loss, surr, kl = out.loss, out.surrogate, out.kl
+            mask = batch.completion_mask.float()
+            if out.is_weight is not None:
+                sums["off"] += float(out.off_policy.sum())
+                sums["capped"] += float(out.capped.sum())
+                sums["is_weight"] += float((out.is_weight * out.off_policy).sum())
             loss.backward()
             n = float(mask.sum())
             tokens += n
