@@ -5,6 +5,7 @@ exactly once where the mutant says."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("honed_dev_mutants", ROOT / "dev" / "mutants.py")
 mutants = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = mutants  # its dataclasses look their module up by name
 _spec.loader.exec_module(mutants)
 
 
