@@ -1,7 +1,7 @@
 """Hand-written mutants of the GRPO core, and the test that kills each.
 
 A test earns its place by failing when the code it guards is broken. Each mutant below is one
-classic RL bug planted in `rl/advantages.py`, `rl/loss.py` or `rl/update.py`; the script plants
+classic RL bug planted in `rewards/units.py`, `rl/advantages.py`, `rl/loss.py` or `rl/update.py`; the script plants
 it, runs the GRPO tests until the first failure, restores the file, and prints which test
 killed it. A mutant that survives is a hole in the suite. It edits the sources of the tree it
 lives in, so run it in a checkout nobody else is using (`git worktree add`).
@@ -70,13 +70,13 @@ MUTANTS = [
     ),
     Mutant(
         "segment rewards ignored",
-        "rl/advantages.py",
+        "rewards/units.py",
         "per_segment = any(",
         "per_segment = False and any(",
     ),
     Mutant(
         "segment without its own reward gets 0",
-        "rl/advantages.py",
+        "rewards/units.py",
         "float(traj.reward if seg.reward is None else seg.reward)",
         "float(seg.reward or 0.0)",
     ),
@@ -166,7 +166,7 @@ MUTANTS = [
     # ---------------------------------------------------------------- update
     Mutant(
         "overlong penalty rewards length",
-        "rl/update.py",
+        "rewards/units.py",
         "return -factor * min(",
         "return factor * min(",
     ),

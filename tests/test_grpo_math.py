@@ -93,7 +93,7 @@ def test_truncated_completions_can_be_masked_out_of_the_loss():
 
 
 def test_soft_overlong_penalty_lowers_long_completions_rewards():
-    from honed.rl.update import overlong_penalty
+    from honed.rewards.units import overlong_penalty
 
     assert overlong_penalty(10, 20, 5, 1.0) == 0.0
     assert overlong_penalty(15, 20, 5, 1.0) == 0.0

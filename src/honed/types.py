@@ -101,6 +101,26 @@ class Segment:
 
 
 @dataclass
+class Sample:
+    """One generated completion, token-exact, with the behaviour log-probs of its tokens."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    text: str
+    truncated: bool
+
+    def segment(self, reward: float | None = None) -> Segment:
+        return Segment(
+            prompt_ids=self.prompt_ids,
+            completion_ids=self.completion_ids,
+            logprobs=self.logprobs,
+            reward=reward,
+            truncated=self.truncated,
+        )
+
+
+@dataclass
 class Trajectory:
     """The segments of one attempt at an item, with its reward and text for humans."""
 

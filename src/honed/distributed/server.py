@@ -25,10 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from honed.config import ServerConfig
-from honed.envs.base import Sample
 from honed.errors import HonedError
 from honed.models.chat import ChatClient, ChatModelConfig
 from honed.models.policy import Policy, SamplingParams
+from honed.types import Sample
 
 TOKEN_PREFIX = "token_id:"
 

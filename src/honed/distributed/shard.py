@@ -15,7 +15,7 @@ from honed.config import TrainerConfig
 from honed.envs.base import Environment, Generator
 from honed.errors import HonedError
 from honed.rewards import WelfordAccumulator
-from honed.rl.update import unit_rewards
+from honed.rewards.units import unit_rewards
 from honed.types import Group, Item
 
 

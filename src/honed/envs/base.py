@@ -16,36 +16,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from honed.types import (
+from honed.types import (  # Sample is re-exported: it lived here before
     Group,
     Item,
     Prompt,
+    Sample,
     Score,
-    Segment,
     Trajectory,
     derive_seed,
     prompt_text,
 )
-
-
-@dataclass
-class Sample:
-    """One generated completion, token-exact, with the behaviour log-probs of its tokens."""
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    logprobs: list[float]
-    text: str
-    truncated: bool
-
-    def segment(self, reward: float | None = None) -> Segment:
-        return Segment(
-            prompt_ids=self.prompt_ids,
-            completion_ids=self.completion_ids,
-            logprobs=self.logprobs,
-            reward=reward,
-            truncated=self.truncated,
-        )
 
 
 @runtime_checkable

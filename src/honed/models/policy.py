@@ -18,13 +18,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.utils import logging as hf_logging
 
 from honed.config import PolicyConfig
-from honed.envs.base import Sample
 from honed.errors import HonedError
 from honed.models.kvcache import InPlaceLayer, sampling_cache
 from honed.models.lean import LeanDecoder, lean_forward, supports_lean, supports_lean_decoding
 from honed.models.sources import resolve_model
 from honed.models.tiny import build_char_tokenizer, build_tiny_model
-from honed.types import Prompt, prompt_text
+from honed.types import Prompt, Sample, prompt_text
 
 # Checkpoints are written every few steps; per-save progress bars would drown the run's own.
 hf_logging.disable_progress_bar()

@@ -9,39 +9,14 @@ statistics, which is Mem-α's grouping of all chunk samples of one instance.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from honed.types import Group
+from honed.rewards.units import GroupUnits, group_units  # re-exported: they lived here
+
+__all__ = ["STD_EPS", "GroupUnits", "compute_advantages", "group_std", "group_units"]
 
 # TRL's constant: keeps near-constant groups from blowing up under std scaling.
 STD_EPS = 1e-4
-
-
-@dataclass
-class GroupUnits:
-    """The rewarded units of one group: per unit, its reward and the segments it covers."""
-
-    rewards: list[float]
-    # (trajectory index, segment index) pairs covered by each unit
-    members: list[list[tuple[int, int]]]
-
-
-def group_units(group: Group) -> GroupUnits:
-    """Segments are units when any of them carries its own reward; else trajectories are."""
-    per_segment = any(s.reward is not None for t in group.trajectories for s in t.segments)
-    rewards: list[float] = []
-    members: list[list[tuple[int, int]]] = []
-    for ti, traj in enumerate(group.trajectories):
-        if per_segment:
-            for si, seg in enumerate(traj.segments):
-                rewards.append(float(traj.reward if seg.reward is None else seg.reward))
-                members.append([(ti, si)])
-        else:
-            rewards.append(float(traj.reward))
-            members.append([(ti, si) for si in range(len(traj.segments))])
-    return GroupUnits(rewards, members)
 
 
 def group_std(rewards: torch.Tensor) -> torch.Tensor:

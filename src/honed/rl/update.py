@@ -37,7 +37,8 @@ from honed.config import TrainerConfig
 from honed.models.dropout import dropout_active
 from honed.models.policy import Policy
 from honed.models.prefix import ScoreBatch, batch_logprobs, build_batch
-from honed.rl.advantages import compute_advantages, group_units
+from honed.rewards.units import group_units, unit_rewards
+from honed.rl.advantages import compute_advantages
 from honed.rl.loss import grpo_loss, kl_reward_penalty, token_weights
 from honed.types import Group
 
@@ -65,30 +66,6 @@ class Prepared:
     group_stds: list[float]
     zero_std: list[bool]
     metrics: dict[str, float] = field(default_factory=dict)
-
-
-def overlong_penalty(length: int, max_length: int, buffer: int, factor: float) -> float:
-    """DAPO's soft overlong punishment: 0 until `max_length - buffer`, then linear to -factor."""
-    if buffer <= 0 or length <= max_length - buffer:
-        return 0.0
-    return -factor * min(1.0, (length - (max_length - buffer)) / buffer)
-
-
-def unit_rewards(group: Group, cfg: TrainerConfig) -> list[float]:
-    """Each unit's reward, with the soft overlong penalty of its segments when enabled."""
-    units = group_units(group)
-    rewards = list(units.rewards)
-    if cfg.overlong_buffer:
-        for u, members in enumerate(units.members):
-            for ti, si in members:
-                seg = group.trajectories[ti].segments[si]
-                rewards[u] += overlong_penalty(
-                    len(seg.completion_ids),
-                    cfg.max_completion_length,
-                    cfg.overlong_buffer,
-                    cfg.overlong_penalty,
-                )
-    return rewards
 
 
 def unit_signal(

@@ -331,4 +331,8 @@ class MemoryEnv:
     ) -> Table:
         """Baselines and agents side by side on the same items (see `report.py`)."""
         items = list(self.items(split))[:num_items]
-        return memory_report(self, agents, items, seed)
+        runs = {
+            label: [g.trajectories[0] for g in self.rollout(items, generator, 1, seed)]
+            for label, generator in agents.items()
+        }
+        return memory_report(self.baselines_on(items), runs, len(items))

@@ -12,14 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from statistics import mean
-from typing import TYPE_CHECKING
 
-from honed.envs.base import Generator, Table
+from honed.envs.base import Table
 from honed.envs.memory.baselines import BaselineResult
-from honed.types import Item, Trajectory
-
-if TYPE_CHECKING:
-    from honed.envs.memory.env import MemoryEnv
+from honed.types import Trajectory
 
 COLUMNS = [
     "memory",
@@ -60,10 +56,11 @@ def agent_row(label: str, trajectories: Sequence[Trajectory]) -> list[object]:
 
 
 def memory_report(
-    env: MemoryEnv, agents: Mapping[str, Generator], items: Sequence[Item], seed: int
+    baselines: Sequence[BaselineResult],
+    agents: Mapping[str, Sequence[Trajectory]],
+    num_instances: int,
 ) -> Table:
-    rows = [baseline_row(r) for r in env.baselines_on(items)]
-    for label, generator in agents.items():
-        groups = env.rollout(items, generator, 1, seed)
-        rows.append(agent_row(label, [g.trajectories[0] for g in groups]))
-    return Table(f"{len(items)} instances", list(COLUMNS), rows)
+    """The baselines' rows, then one row per agent (its trajectories on the same instances)."""
+    rows = [baseline_row(r) for r in baselines]
+    rows += [agent_row(label, list(trajectories)) for label, trajectories in agents.items()]
+    return Table(f"{num_instances} instances", list(COLUMNS), rows)
