@@ -242,7 +242,7 @@ def warm_start(seed: int, work: Path, args: argparse.Namespace) -> tuple[Path, d
     trainer = GRPOTrainer(config, RunDir(work / f"warm-{seed}"))
     trainer.run.create()
     if not args.sft_train_per_level:  # the GRPO run's own training split
-        trainer._warm_start()
+        trainer.warm_start()
         return trainer.run.warmstart, {"sft_examples": None, "held_out_removed": 0}
     held_out = {
         item.key

@@ -244,8 +244,8 @@ def cmd_sft(args: argparse.Namespace) -> int:
     reporter = Reporter(enabled=not args.quiet and config.logging.progress)
     trainer = GRPOTrainer(config, run, reporter)
     run.create()
-    trainer.policy = trainer._warm_start()
-    results = trainer._evaluate()
+    trainer.policy = trainer.warm_start()
+    results = trainer.evaluate_policy()
     atomic_write_json(
         run.file("warmstart_eval.json"), {"warmstart": trainer.warmstart, "eval": results}
     )

@@ -99,7 +99,8 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ set-up
 
-    def _evaluate(self, split: str | None = None, few_shot: int = 0) -> dict[str, float]:
+    def evaluate_policy(self, split: str | None = None, few_shot: int = 0) -> dict[str, float]:
+        """The current policy on the held-out split, with the run's `eval` settings."""
         ev = self.config.eval
         return evaluate(
             self.policy,
@@ -113,7 +114,7 @@ class GRPOTrainer:
             few_shot=few_shot,
         )
 
-    def _warm_start(self) -> Policy:
+    def warm_start(self) -> Policy:
         """The policy GRPO starts from: the model itself, or after supervised warm-start."""
         policy = Policy.from_config(self.config.policy, self.config.seed)
         if self.config.sft.steps == 0:
@@ -165,7 +166,7 @@ class GRPOTrainer:
         if state is not None:
             self.policy = self._load(path)
         else:
-            self.policy = self._warm_start()
+            self.policy = self.warm_start()
         if self.cfg.disable_dropout:
             disable_dropout(self.policy.model)
         if self.cfg.beta > 0 and not self.cfg.kl_in_reward and self.cfg.kl_estimator == "k1":
@@ -475,12 +476,12 @@ class GRPOTrainer:
         started = time.perf_counter()
         if not self.initial_eval:
             with self.reporter.status("initial evaluation"):
-                self.initial_eval = self._evaluate()
+                self.initial_eval = self.evaluate_policy()
             self.sinks.log(0, {f"eval/{k}": v for k, v in self.initial_eval.items()})
         shots = self.config.eval.few_shot
         if shots and not self.initial_eval_few_shot:
             with self.reporter.status(f"initial evaluation, {shots}-shot"):
-                self.initial_eval_few_shot = self._evaluate(few_shot=shots)
+                self.initial_eval_few_shot = self.evaluate_policy(few_shot=shots)
             self.sinks.log(
                 0, {f"eval_{shots}_shot/{k}": v for k, v in self.initial_eval_few_shot.items()}
             )
@@ -492,7 +493,7 @@ class GRPOTrainer:
                     metrics = self.train_step()
                     final_eval = None
                     if self.config.eval.every and self.step % self.config.eval.every == 0:
-                        final_eval = self._evaluate()
+                        final_eval = self.evaluate_policy()
                         metrics.update({f"eval/{k}": v for k, v in final_eval.items()})
                     self.sinks.log(self.step, metrics)
                     if ckpt_every and self.step % ckpt_every == 0:
@@ -509,7 +510,7 @@ class GRPOTrainer:
             self.save_checkpoint()
         if final_eval is None:
             with self.reporter.status("final evaluation"):
-                final_eval = self._evaluate()
+                final_eval = self.evaluate_policy()
             self.sinks.log(self.step, {f"eval/{k}": v for k, v in final_eval.items()})
         else:
             self.reporter.note(f"final evaluation: the one already logged at step {self.step}")
