@@ -93,7 +93,8 @@ def check_envs(envs: list[EnvConfig]) -> None:
 
 
 class TrainerConfig(Strict):
-    """The GRPO loop (names and defaults as in TRL's GRPOConfig where the meaning is the same)."""
+    """The GRPO loop. Keys are named as in TRL's GRPOConfig where the meaning is the same; the
+    defaults are honed's own (README, configuration reference)."""
 
     max_steps: int = Field(100, ge=0)
     # a budget in completions generated (every group drawn counts); with max_steps, the first

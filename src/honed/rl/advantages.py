@@ -15,7 +15,7 @@ from honed.rewards.units import GroupUnits, group_units  # re-exported: they liv
 
 __all__ = ["STD_EPS", "GroupUnits", "compute_advantages", "group_std", "group_units"]
 
-# TRL's constant: keeps near-constant groups from blowing up under std scaling.
+# Added to the standard deviation: keeps near-constant groups from blowing up under std scaling.
 STD_EPS = 1e-4
 
 
