@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from honed.errors import HonedError, did_you_mean
+from honed.types import Split
 
 
 class Strict(BaseModel):
@@ -47,6 +48,12 @@ class TinyModelConfig(Strict):
         if self.hidden_size % self.num_attention_heads:
             raise ValueError("hidden_size must be a multiple of num_attention_heads")
         return self
+
+
+# Sets of allowed values that lower-level modules also check: declared here once, and read
+# there with typing.get_args.
+LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]
+NormMode = Literal["zscore", "minmax", "none"]
 
 
 class PolicyConfig(Strict):
@@ -114,7 +121,7 @@ class TrainerConfig(Strict):
     top_p: float = Field(1.0, gt=0, le=1)
     max_completion_length: int = Field(256, ge=1)
     # objective
-    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = "dapo"
+    loss_type: LossType = "dapo"
     scale_rewards: Literal["group", "batch", "none"] = "group"
     epsilon: float = Field(0.2, ge=0)
     epsilon_high: float | None = None
@@ -224,7 +231,7 @@ class RewardNormConfig(Strict):
     training with `scale_rewards: batch | none`, or through `clip`. Off by default.
     """
 
-    mode: Literal["zscore", "minmax", "none"] = "none"
+    mode: NormMode = "none"
     clip: float | None = Field(5.0, ge=0)
     warmup: int = Field(10, ge=0)
     eps: float = Field(1e-8, ge=0)
@@ -233,7 +240,7 @@ class RewardNormConfig(Strict):
 class EvalConfig(Strict):
     """Held-out evaluation: before GRPO (after any warm-start), every `every` steps, and at the end."""
 
-    split: Literal["train", "validation", "test"] = "test"
+    split: Split = "test"
     num_items: int | None = Field(200, ge=1)
     temperature: float = Field(0.0, ge=0)
     every: int = Field(0, ge=0)

@@ -11,9 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
-SPLITS = ("train", "validation", "test")
+Split = Literal["train", "validation", "test"]
+SPLITS: tuple[str, ...] = get_args(Split)
 
 # A prompt is plain text, or a conversation in the OpenAI chat format (`[{"role": "system",
 # "content": ...}, {"role": "user", ...}]`, few-shot turns included) that a chat template renders.

@@ -39,13 +39,14 @@ settings back with `configure`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_args
 
 import numpy as np
 
+from honed.config import NormMode
 from honed.rewards.welford import WelfordAccumulator
 
-MODES = ("zscore", "minmax", "none")
+MODES: tuple[str, ...] = get_args(NormMode)
 SETTINGS = ("mode", "clip", "warmup", "eps")
 
 

@@ -26,10 +26,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import get_args
 
 import torch
 
-LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo")
+from honed.config import LossType
+
+LOSS_TYPES: tuple[str, ...] = get_args(LossType)
 
 
 def token_weights(

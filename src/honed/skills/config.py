@@ -17,7 +17,8 @@ from pydantic import Field, model_validator
 from honed.config import CurriculumConfig, EnvConfig, Strict, check_envs, load_model
 from honed.errors import HonedError
 from honed.models.chat import ChatModelConfig
-from honed.skills.schedule import LRScheduler, build_scheduler
+from honed.skills.schedule import Anchor, LRScheduler, Rounding, build_scheduler
+from honed.types import Split
 
 # `skill.init` is read as a file when it is one line ending in one of these.
 SKILL_FILE_SUFFIXES = (".md", ".markdown", ".txt")
@@ -86,8 +87,8 @@ class ScheduleConfig(Strict):
     min_lr: int = Field(2, ge=0)
     total_steps: int | None = Field(None, ge=1)
     warmup_steps: int = Field(0, ge=0)
-    anchor: Literal["last", "both"] = "last"
-    rounding: Literal["half_even", "half_up"] = "half_even"
+    anchor: Anchor = "last"
+    rounding: Rounding = "half_even"
 
     def build(self, run_steps: int) -> LRScheduler:
         """The schedule, annealing over `total_steps` or else over the run's `run_steps`."""
@@ -117,7 +118,7 @@ class GateConfig(Strict):
 
     enabled: bool = True
     mode: Literal["strict", "soft", "mixed"] = "strict"
-    split: Literal["train", "validation", "test"] = "validation"
+    split: Split = "validation"
     num_items: int | None = Field(None, ge=1)
     min_delta: float = Field(0.0, ge=0)
     mixed_weight: float = Field(0.5, ge=0, le=1)
@@ -138,7 +139,7 @@ class ConsolidationConfig(Strict):
 class SkillEvalConfig(Strict):
     """The held-out evaluation of the initial and the best skill at the end of a run."""
 
-    split: Literal["train", "validation", "test"] = "test"
+    split: Split = "test"
     num_items: int | None = Field(None, ge=1)
 
 

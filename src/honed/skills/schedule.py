@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, get_args
 
 from honed.errors import did_you_mean
 
@@ -34,9 +34,11 @@ NO_LIMIT = 999
 # (to min_lr) and step 1 is already one step down from max_lr (SkillOpt). `both`: step 1 gets
 # max_lr, step T gets min_lr and the steps between are evenly spaced (honed before it matched
 # SkillOpt).
-ANCHORS = ("last", "both")
+Anchor = Literal["last", "both"]
+ANCHORS: tuple[str, ...] = get_args(Anchor)
 # `half_even`: Python's round(), 2.5 -> 2 and 3.5 -> 4 (SkillOpt). `half_up`: 2.5 -> 3.
-ROUNDINGS = ("half_even", "half_up")
+Rounding = Literal["half_even", "half_up"]
+ROUNDINGS: tuple[str, ...] = get_args(Rounding)
 
 
 def _whole(name: str, value: Any, minimum: int | None) -> int:
