@@ -57,3 +57,16 @@ def test_the_command_line_refuses_it_with_exit_code_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "curriculum.score: reward cannot drive" in err
     assert "Traceback" not in err
+
+
+def test_the_configs_strategy_and_competence_names_are_the_curriculums():
+    """Listed twice on purpose (Atropos's enum is public API, the config a pydantic Literal);
+    this keeps them one set."""
+    import typing
+
+    from honed.config import CurriculumConfig
+    from honed.sampling.curriculum import COMPETENCE, STRATEGIES
+
+    fields = CurriculumConfig.model_fields
+    assert set(typing.get_args(fields["strategy"].annotation)) == set(STRATEGIES)
+    assert set(typing.get_args(fields["competence"].annotation)) == set(COMPETENCE)
