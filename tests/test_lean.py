@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+import honed.models.generation as generation_module
 import honed.models.lean as lean_module
 import honed.models.policy as policy_module
 import honed.models.prefix as prefix_module
@@ -92,7 +93,7 @@ def test_sampling_is_the_same_with_and_without_the_lean_step(shape, monkeypatch)
     seeds = [3, 4, 5, 6]
     params = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=12)
     lean = policy.generate(prompts, seeds, params)
-    monkeypatch.setattr(policy_module, "supports_lean_decoding", lambda model: False)
+    monkeypatch.setattr(generation_module, "supports_lean_decoding", lambda model: False)
     plain = policy.generate(prompts, seeds, params)
     for a, b in zip(lean, plain, strict=True):
         assert a.completion_ids == b.completion_ids

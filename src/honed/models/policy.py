@@ -1,9 +1,7 @@
-"""A Hugging Face causal LM as a policy: batched sampling with behaviour log-probs, scoring, I/O.
-
-Sampling is a lean loop over the model's forward with a KV cache rather than `generate`: it must
-return the log-probability of every sampled token under the tempered distribution, and it draws
-each row's randomness from that row's own seed (inverse-CDF sampling with per-row uniforms), so
-a completion does not depend on which other prompts share its batch, or on which worker runs it.
+"""A Hugging Face causal LM as a policy: the model, its tokenizer and how prompts become tokens
+(chat templates, stop tokens), loading and saving, scoring; and `PolicySampler`, the view of it
+environments sample through. Sampling itself is `honed.models.generation` (`SamplingParams`
+and `left_pad` are re-exported here, where they used to live).
 """
 
 from __future__ import annotations
@@ -19,25 +17,18 @@ from transformers.utils import logging as hf_logging
 
 from honed.config import PolicyConfig
 from honed.errors import HonedError
-from honed.models.kvcache import InPlaceLayer, sampling_cache
-from honed.models.lean import LeanDecoder, lean_forward, supports_lean, supports_lean_decoding
+from honed.models.generation import SamplingParams, generate, left_pad
+from honed.models.lean import lean_forward, supports_lean
 from honed.models.sources import resolve_model
 from honed.models.tiny import build_char_tokenizer, build_tiny_model
 from honed.types import Prompt, Sample, prompt_text
+
+__all__ = ["Policy", "PolicySampler", "SamplingParams", "TokenBatch", "left_pad", "make_batch"]
 
 # Checkpoints are written every few steps; per-save progress bars would drown the run's own.
 hf_logging.disable_progress_bar()
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    """`temperature: 0` means greedy decoding (evaluation); log-probs are then at temperature 1."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_tokens: int = 256
 
 
 @dataclass
@@ -57,17 +48,6 @@ class TokenBatch:
     @property
     def completion_width(self) -> int:
         return self.completion_ids.shape[1]
-
-
-def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        if r:
-            ids[i, width - len(r) :] = torch.as_tensor(r, dtype=torch.long)
-            mask[i, width - len(r) :] = 1
-    return ids, mask
 
 
 def make_batch(
@@ -216,124 +196,12 @@ class Policy:
 
     # ------------------------------------------------------------------ sampling
 
-    @torch.inference_mode()
     def generate(
         self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], params: SamplingParams
     ) -> list[Sample]:
-        """Sample one completion per prompt; row i's randomness comes from `seeds[i]` alone.
-
-        Identical prompts (a GRPO group) are prefilled once and their KV cache shared; rows that
-        have stopped leave the batch, so long stragglers do not drag finished rows along.
-        """
-        if len(prompts) != len(seeds):
-            raise ValueError("generate needs exactly one seed per prompt")
-        if not prompts:
-            return []
-        batch = len(prompts)
-        steps = params.max_tokens
-        uniforms = None
-        if params.temperature != 0:
-            uniforms = torch.stack(
-                [torch.rand(steps, generator=torch.Generator().manual_seed(int(s))) for s in seeds]
-            )
-        distinct: dict[tuple[int, ...], int] = {}
-        row_prompt = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
-        input_ids, attention = left_pad(list(distinct), self.pad_id)
-        positions = (attention.cumsum(-1) - 1).clamp_min(0)
-        cache = sampling_cache(self.model.config, input_ids.shape[1] + steps)
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=attention,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        logits = out.logits[:, -1, :].float()
-        next_pos = positions[:, -1] + 1
-        lean = None
-        if supports_lean_decoding(self.model) and all(
-            type(layer) is InPlaceLayer for layer in cache.layers
-        ):
-            lean = LeanDecoder(self.model, int(next_pos.max()) + steps)
-        if len(distinct) < batch:
-            index = torch.as_tensor(row_prompt, dtype=torch.long)
-            cache.reorder_cache(index)
-            logits, attention, next_pos = logits[index], attention[index], next_pos[index]
-        # Every position a row can reach, so that each step takes a view instead of a copy.
-        width = attention.shape[1]
-        attention = torch.cat([attention, attention.new_ones((batch, steps))], dim=1)
-        bias = None  # the lean step's additive padding mask, rebuilt when rows leave
-        active = torch.arange(batch)  # the original row of each row still in the batch
-        done = torch.zeros(batch, dtype=torch.bool)  # rows in the batch that have stopped
-        stop_ids = torch.as_tensor(self.stop_ids, dtype=torch.long)
-        # Tokens and log-probs are kept per run of steps over the same rows and written out at
-        # the end: scattering each step's into [batch, steps] costs as much as sampling it.
-        runs: list[tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]] = [(active, [], [])]
-        for t in range(steps):
-            tok, lp = _pick(logits, None if uniforms is None else uniforms[:, t], params)
-            runs[-1][1].append(tok)
-            runs[-1][2].append(lp)
-            done |= torch.isin(tok, stop_ids)
-            finished = int(done.sum())
-            if t == steps - 1 or finished == len(done):
-                break
-            # Dropping rows copies the cache, so stopped rows ride along until they are an
-            # eighth of the batch: a few wasted rows cost less than a copy at every stop.
-            if finished * 8 >= len(done):
-                keep = (~done).nonzero().squeeze(1)
-                cache.reorder_cache(keep)
-                active, tok, attention, next_pos = (
-                    active[keep],
-                    tok[keep],
-                    attention[keep],
-                    next_pos[keep],
-                )
-                uniforms = None if uniforms is None else uniforms[keep]
-                done, bias = done[keep], None
-                runs.append((active, [], []))
-            width += 1
-            if lean is not None:
-                if bias is None:
-                    bias = lean.padding_bias(attention)
-                logits = lean.step(tok, next_pos, bias[..., :width], cache.layers).float()
-            else:
-                out = self.model(
-                    input_ids=tok[:, None],
-                    attention_mask=attention[:, :width],
-                    position_ids=next_pos[:, None],
-                    past_key_values=cache,
-                    use_cache=True,
-                )
-                logits = out.logits[:, -1, :].float()
-            next_pos = next_pos + 1
-        tokens = torch.full((batch, steps), self.pad_id, dtype=torch.long)
-        logprobs = torch.zeros((batch, steps), dtype=torch.float32)
-        first = 0
-        for rows, run_tokens, run_logprobs in runs:
-            last = first + len(run_tokens)
-            tokens[rows, first:last] = torch.stack(run_tokens, dim=1)
-            logprobs[rows, first:last] = torch.stack(run_logprobs, dim=1)
-            first = last
-        # A completion ends at its first stop token (a stopped row still in the batch went on
-        # sampling; what it wrote after the stop is cut off), or at `steps` tokens.
-        stops = torch.isin(tokens, stop_ids)
-        lengths = torch.where(stops.any(1), stops.int().argmax(1) + 1, steps)
-        samples = []
-        for i in range(batch):
-            n = int(lengths[i])
-            ids = tokens[i, :n].tolist()
-            ended = bool(n > 0 and ids[-1] in self.stop_ids)
-            samples.append(
-                Sample(
-                    prompt_ids=list(prompts[i]),
-                    completion_ids=ids,
-                    logprobs=logprobs[i, :n].tolist(),
-                    text=self.decode(ids[:-1] if ended else ids),
-                    truncated=not ended,
-                )
-            )
-        return samples
+        """Sample one completion per prompt; row i's randomness comes from `seeds[i]` alone
+        (`honed.models.generation`)."""
+        return generate(self.model, prompts, seeds, params, self.stop_ids, self.pad_id, self.decode)
 
     # ------------------------------------------------------------------ scoring
 
@@ -425,33 +293,6 @@ def token_logprobs(
         with torch.no_grad():
             entropy = -(logp_all.exp() * logp_all).sum(-1)
     return logp, entropy
-
-
-def _pick(
-    logits: torch.Tensor, uniforms: torch.Tensor | None, params: SamplingParams
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Choose the next token per row and return it with its log-prob.
-
-    The log-prob is under the full tempered distribution (before top-p truncation), the
-    distribution the trainer scores against; top-p only restricts which tokens can be drawn.
-    """
-    if uniforms is None:
-        tok = logits.argmax(-1)
-        lp = F.log_softmax(logits, dim=-1).gather(-1, tok[:, None]).squeeze(-1)
-        return tok, lp
-    logp_all = F.log_softmax(logits / params.temperature, dim=-1)
-    probs = logp_all.exp()
-    if params.top_p < 1.0:
-        sorted_p, order = probs.sort(dim=-1, descending=True)
-        keep = (sorted_p.cumsum(-1) - sorted_p) < params.top_p
-        cdf = (sorted_p * keep).cumsum(-1)
-        j = torch.searchsorted(cdf, (uniforms * cdf[:, -1]).unsqueeze(-1), right=True)
-        tok = order.gather(-1, j.clamp_max(order.shape[1] - 1)).squeeze(-1)
-    else:
-        cdf = probs.cumsum(-1)
-        j = torch.searchsorted(cdf, (uniforms * cdf[:, -1]).unsqueeze(-1), right=True)
-        tok = j.clamp_max(probs.shape[1] - 1).squeeze(-1)
-    return tok, logp_all.gather(-1, tok[:, None]).squeeze(-1)
 
 
 class PolicySampler:
