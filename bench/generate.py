@@ -95,15 +95,15 @@ def sampling(policy: Policy, prompts: int, group: int, new_tokens: int, repeats:
 def step_split(steps: int) -> dict[str, float]:
     """Median seconds per phase over `steps` GRPO steps of the quickstart config."""
     forward_time = [0.0]
-    timed = update_module.batch_logprobs
+    timed = update_module.score
 
-    def batch_logprobs(*args, **kwargs):
+    def score(*args, **kwargs):
         started = time.perf_counter()
         out = timed(*args, **kwargs)
         forward_time[0] += time.perf_counter() - started
         return out
 
-    update_module.batch_logprobs = batch_logprobs
+    update_module.score = score
     config = load_config(
         ROOT / "examples" / "quickstart.yaml",
         [f"trainer.max_steps={steps}", "eval.num_items=1", "eval.few_shot=0", "checkpoint.every=0"],
@@ -122,7 +122,7 @@ def step_split(steps: int) -> dict[str, float]:
                 phases["step"].append(m["perf/step_time"])
         finally:
             trainer.rollouts.close()
-            update_module.batch_logprobs = timed
+            update_module.score = timed
     return {k: statistics.median(v) for k, v in phases.items()}
 
 

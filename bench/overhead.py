@@ -32,7 +32,8 @@ import torch
 from common import Settings, build_model_dir, honed_trainer, load_average, machine
 from transformers import DynamicCache
 
-from honed.models.policy import left_pad, make_batch
+from honed.models.policy import left_pad
+from honed.models.scoring import make_batch
 from honed.rl.update import prepare
 
 

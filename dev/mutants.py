@@ -203,13 +203,13 @@ MUTANTS = [
     Mutant(
         "token weights of the wrong rows",
         "rl/update.py",
-        "w[row, : len(weights[i])] = weights[i].to(torch.float32)",
-        "w[row, : len(weights[idx[0]])] = weights[idx[0]].to(torch.float32)[: width]",
+        "w[row, : len(weight)] = weight.to(torch.float32)",
+        "w[row, : len(weights[0])] = weights[0].to(torch.float32)[: width]",
     ),
     Mutant(
         "no gradient clipping",
         "rl/update.py",
-        "max_norm = cfg.max_grad_norm if cfg.max_grad_norm else math.inf",
+        "max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm else math.inf",
         "max_norm = math.inf",
     ),
     Mutant(
@@ -221,20 +221,22 @@ MUTANTS = [
     Mutant(
         "pi_old re-taken at every iteration (ratio always 1)",
         "rl/update.py",
-        "grpo_loss(\n                logp,\n                state.old,",
-        "grpo_loss(\n                logp,\n                logp.detach(),",
+        "grpo_loss(\n            logp,\n            state.old,",
+        "grpo_loss(\n            logp,\n            logp.detach(),",
     ),
     Mutant(
         "pi_old from the sampler's log-probs",
         "rl/update.py",
-        "grpo_loss(\n                logp,\n                state.old,",
-        "grpo_loss(\n                logp,\n                torch.where(off, state.old, behaviour),",
+        "grpo_loss(\n            logp,\n            state.old,",
+        "grpo_loss(\n            logp,\n            torch.where(\n"
+        "                off, state.old, _pad([s.old_logprobs for s in chunk], width)\n"
+        "            ),",
     ),
     Mutant(
         "epsilon_low and epsilon_high swapped",
         "rl/update.py",
-        "epsilon_low=cfg.epsilon,\n                epsilon_high=cfg.clip_high,",
-        "epsilon_low=cfg.clip_high,\n                epsilon_high=cfg.epsilon,",
+        "epsilon_low=cfg.epsilon,\n            epsilon_high=cfg.clip_high,",
+        "epsilon_low=cfg.clip_high,\n            epsilon_high=cfg.epsilon,",
     ),
     Mutant(
         "KL sign in the loss",
@@ -246,9 +248,9 @@ MUTANTS = [
         "reference scored with the policy",
         "rl/update.py",
         "ref = self._score(self.reference, batch) if self.kl_in_loss else None\n"
-        "                state = cache",
-        "ref = self._score(model, batch) if self.kl_in_loss else None\n"
-        "                state = cache",
+        "            state = cache",
+        "ref = self._score(self.policy.model, batch) if self.kl_in_loss else None\n"
+        "            state = cache",
     ),
     Mutant(
         "reward penalty's reference is the policy",

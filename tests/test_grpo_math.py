@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from honed.config import TrainerConfig
-from honed.models.policy import PolicySampler, SamplingParams, completion_logprobs, make_batch
+from honed.models.policy import PolicySampler, SamplingParams
+from honed.models.scoring import make_batch, score
 from honed.rl.advantages import compute_advantages, group_units
 from honed.rl.loss import LOSS_TYPES, clipped_surrogate, kl_penalty, token_weights
 from honed.rl.update import PolicyUpdate, TrainSequence, prepare, zero_spread
@@ -205,7 +206,7 @@ def test_behaviour_logprobs_from_sampling_match_a_fresh_forward_pass(small_polic
         small_policy.pad_id,
     )
     with torch.no_grad():
-        logp, _ = small_policy.completion_logprobs(batch)
+        logp = score(small_policy.model, batch).logprobs
     for row, s in enumerate(seqs):
         n = len(s.completion_ids)
         assert torch.allclose(logp[row, :n], torch.tensor(s.old_logprobs), atol=1e-4)
@@ -228,7 +229,7 @@ def test_kl_term_is_zero_at_the_reference_and_penalises_drift(small_policy):
 
 
 def test_prefix_sharing_scores_and_gradients_match_the_plain_forward(small_policy):
-    from honed.models.prefix import PrefixBatch, batch_logprobs, build_batch
+    from honed.models.scoring import PrefixBatch, build_batch
 
     sampler = PolicySampler(small_policy, SamplingParams(1.0, 1.0, 6))
     prompts = [p for p in ("12+3=", "7-1=", "100+23=") for _ in range(4)]
@@ -247,7 +248,8 @@ def test_prefix_sharing_scores_and_gradients_match_the_plain_forward(small_polic
 
     def run(batch):
         model = copy.deepcopy(small_policy.model).train()
-        logp, entropy = batch_logprobs(model, batch, temperature=0.7, with_entropy=True)
+        scores = score(model, batch, temperature=0.7, with_entropy=True)
+        logp, entropy = scores.logprobs, scores.entropy
         mask = batch.completion_mask.float()
         (logp * adv * mask).sum().backward()
         grad = torch.cat([p.grad.flatten() for p in model.parameters()])
@@ -259,8 +261,7 @@ def test_prefix_sharing_scores_and_gradients_match_the_plain_forward(small_polic
 
 
 def test_prefix_sharing_is_used_only_when_prompts_repeat(small_policy):
-    from honed.models.policy import TokenBatch
-    from honed.models.prefix import PrefixBatch, build_batch
+    from honed.models.scoring import PrefixBatch, TokenBatch, build_batch
 
     ids = [[1, 5, 6], [1, 7], [1, 5, 6]]
     comps = [[8, 2], [9], [10, 11, 2]]
@@ -280,7 +281,7 @@ def _old_logprobs(policy, seqs) -> torch.Tensor:
         policy.pad_id,
     )
     with torch.no_grad():
-        logp, _ = policy.completion_logprobs(batch)
+        logp = score(policy.model, batch).logprobs
     return logp, batch
 
 
@@ -308,7 +309,7 @@ def test_the_second_iteration_descends_the_clipped_objective_against_pi_old(smal
     old, batch = _old_logprobs(small_policy, seqs)
     # the gradient at the weights after one step, of the clipped objective against π_old
     model = copy.deepcopy(after_one.model)
-    logp, _ = completion_logprobs(model, batch)
+    logp = score(model, batch).logprobs
     ratio = torch.exp(logp - old)
     adv = torch.tensor([s.advantage for s in seqs])[:, None]
     mask = batch.completion_mask.float()
@@ -322,7 +323,7 @@ def test_the_second_iteration_descends_the_clipped_objective_against_pi_old(smal
     assert torch.allclose(actual, expected, atol=1e-5 * float(expected.abs().max()), rtol=0)
     # and the clip matters: the unclipped surrogate's gradient is another one
     model.zero_grad()
-    logp, _ = completion_logprobs(model, batch)
+    logp = score(model, batch).logprobs
     (-(torch.exp(logp - old) * adv * mask).sum() / mask.sum()).backward()
     unclipped = torch.cat([p.grad.flatten() for p in model.parameters()])
     assert (unclipped - expected).norm() > 0.05 * expected.norm()

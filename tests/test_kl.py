@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from honed.config import TrainerConfig
-from honed.models.policy import PolicySampler, SamplingParams, make_batch
+from honed.models.policy import PolicySampler, SamplingParams
+from honed.models.scoring import make_batch
 from honed.rl.loss import clipped_surrogate, kl_penalty, kl_reward_penalty
 from honed.rl.update import PolicyUpdate, TrainSequence, prepare
 from honed.types import Group, Segment, Trajectory

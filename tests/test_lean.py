@@ -10,12 +10,11 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 import honed.models.generation as generation_module
 import honed.models.lean as lean_module
-import honed.models.policy as policy_module
-import honed.models.prefix as prefix_module
+import honed.models.scoring as scoring_module
 from honed.models.kvcache import InPlaceLayer, sampling_cache
 from honed.models.lean import LeanDecoder, _mask_bias, supports_lean, supports_lean_decoding
-from honed.models.policy import Policy, SamplingParams, left_pad, make_batch
-from honed.models.prefix import PrefixBatch, batch_logprobs, build_batch
+from honed.models.policy import Policy, SamplingParams, left_pad
+from honed.models.scoring import PrefixBatch, build_batch, make_batch, score
 from honed.models.tiny import build_char_tokenizer
 
 
@@ -163,16 +162,15 @@ def test_the_hand_written_backwards_are_the_derivatives():
 def _scored(policy: Policy, batch, monkeypatch, lean: bool):
     """Log-probs, entropy and the gradient of an advantage-weighted loss, in training mode."""
     if not lean:
-        monkeypatch.setattr(policy_module, "supports_lean", lambda model: False)
-        monkeypatch.setattr(prefix_module, "supports_lean", lambda model: False)
+        monkeypatch.setattr(scoring_module, "supports_lean", lambda model: False)
     model = copy.deepcopy(policy.model).train()
-    logp, entropy = batch_logprobs(model, batch, temperature=0.7, with_entropy=True)
+    scores = score(model, batch, temperature=0.7, with_entropy=True)
+    logp, entropy = scores.logprobs, scores.entropy
     mask = batch.completion_mask.float()
     adv = torch.linspace(-1.0, 1.0, mask.shape[0])[:, None]
     (logp * adv * mask).sum().backward()
     if not lean:
-        monkeypatch.setattr(policy_module, "supports_lean", supports_lean)
-        monkeypatch.setattr(prefix_module, "supports_lean", supports_lean)
+        monkeypatch.setattr(scoring_module, "supports_lean", supports_lean)
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     return logp.detach() * mask, entropy * mask, grads
 

@@ -25,9 +25,8 @@ from honed.models.policy import (
     Policy,
     PolicySampler,
     SamplingParams,
-    completion_logprobs,
-    make_batch,
 )
+from honed.models.scoring import make_batch, score
 from honed.models.sources import MODELS, resolve_model
 from honed.rl.evaluate import FewShotSampler
 
@@ -184,7 +183,7 @@ def test_sampled_logprobs_equal_the_learners_scores_on_the_real_model(policy):
         policy.pad_id,
     )
     with torch.no_grad():
-        scored, _ = completion_logprobs(policy.model, batch)
+        scored = score(policy.model, batch).logprobs
     for i, s in enumerate(samples):
         n = len(s.completion_ids)
         assert torch.allclose(scored[i, :n], torch.tensor(s.logprobs), atol=1e-3), i

@@ -1,82 +1,32 @@
 """A Hugging Face causal LM as a policy: the model, its tokenizer and how prompts become tokens
-(chat templates, stop tokens), loading and saving, scoring; and `PolicySampler`, the view of it
+(chat templates, stop tokens), loading and saving; and `PolicySampler`, the view of it
 environments sample through. Sampling itself is `honed.models.generation` (`SamplingParams`
-and `left_pad` are re-exported here, where they used to live).
+and `left_pad` are re-exported here, where they used to live); scoring completions is
+`honed.models.scoring`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.utils import logging as hf_logging
 
 from honed.config import PolicyConfig
 from honed.errors import HonedError
 from honed.models.generation import SamplingParams, generate, left_pad
-from honed.models.lean import lean_forward, supports_lean
 from honed.models.sources import resolve_model
 from honed.models.tiny import build_char_tokenizer, build_tiny_model
 from honed.types import Prompt, Sample, prompt_text
 
-__all__ = ["Policy", "PolicySampler", "SamplingParams", "TokenBatch", "left_pad", "make_batch"]
+__all__ = ["Policy", "PolicySampler", "SamplingParams", "left_pad"]
 
 # Checkpoints are written every few steps; per-save progress bars would drown the run's own.
 hf_logging.disable_progress_bar()
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-@dataclass
-class TokenBatch:
-    """Prompts left-padded to P, completions right-padded to C: inputs of shape [B, P + C].
-
-    The layout keeps every completion in the last C positions, so the forward pass computes
-    logits only there (`logits_to_keep`), whatever the prompt lengths.
-    """
-
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    position_ids: torch.Tensor
-    completion_ids: torch.Tensor
-    completion_mask: torch.Tensor
-
-    @property
-    def completion_width(self) -> int:
-        return self.completion_ids.shape[1]
-
-
-def make_batch(
-    prompts: Sequence[Sequence[int]],
-    completions: Sequence[Sequence[int]],
-    masks: Sequence[Sequence[int]],
-    pad_id: int,
-) -> TokenBatch:
-    """Pack (prompt, completion, loss mask) triples into one padded batch."""
-    p_ids, p_mask = left_pad(prompts, pad_id)
-    width = max(1, max(len(c) for c in completions))
-    c_ids = torch.full((len(completions), width), pad_id, dtype=torch.long)
-    c_mask = torch.zeros((len(completions), width), dtype=torch.long)
-    c_attn = torch.zeros((len(completions), width), dtype=torch.long)
-    for i, (c, m) in enumerate(zip(completions, masks, strict=True)):
-        n = len(c)
-        if n:
-            c_ids[i, :n] = torch.as_tensor(c, dtype=torch.long)
-            c_mask[i, :n] = torch.as_tensor(m, dtype=torch.long)
-            c_attn[i, :n] = 1
-    attention = torch.cat([p_mask, c_attn], dim=1)
-    positions = (attention.cumsum(-1) - 1).clamp_min(0)
-    return TokenBatch(
-        input_ids=torch.cat([p_ids, c_ids], dim=1),
-        attention_mask=attention,
-        position_ids=positions,
-        completion_ids=c_ids,
-        completion_mask=c_mask,
-    )
 
 
 class Policy:
@@ -203,13 +153,6 @@ class Policy:
         (`honed.models.generation`)."""
         return generate(self.model, prompts, seeds, params, self.stop_ids, self.pad_id, self.decode)
 
-    # ------------------------------------------------------------------ scoring
-
-    def completion_logprobs(
-        self, batch: TokenBatch, temperature: float = 1.0, with_entropy: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return completion_logprobs(self.model, batch, temperature, with_entropy)
-
 
 def end_of_turn_id(tokenizer) -> int | None:
     """The special token the chat template closes an assistant turn with, if it has one.
@@ -253,46 +196,6 @@ def _own_storage(model: torch.nn.Module) -> None:
             for name, buffer in module._buffers.items():
                 if buffer is not None:
                     module._buffers[name] = buffer.clone(memory_format=torch.contiguous_format)
-
-
-def completion_logprobs(
-    model: PreTrainedModel, batch: TokenBatch, temperature: float = 1.0, with_entropy: bool = False
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs [B, C] of the completion tokens (with grad), and optionally their entropy.
-
-    Logits are divided by the sampling temperature, as during sampling, so that on-policy the
-    scores equal the behaviour log-probs.
-    """
-    width = batch.completion_width
-    if supports_lean(model):
-        logits, _ = lean_forward(
-            model, batch.input_ids, batch.position_ids, batch.attention_mask, keep=width + 1
-        )
-    else:
-        logits = model(
-            input_ids=batch.input_ids,
-            attention_mask=batch.attention_mask,
-            position_ids=batch.position_ids,
-            use_cache=False,
-            logits_to_keep=width + 1,
-        ).logits
-    return token_logprobs(logits[:, :-1, :], batch.completion_ids, temperature, with_entropy)
-
-
-def token_logprobs(
-    logits: torch.Tensor, tokens: torch.Tensor, temperature: float, with_entropy: bool
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs of `tokens` [B, C] under `logits` [B, C, V] tempered, and their entropy."""
-    logits = logits.float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    logp_all = F.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return logp, entropy
 
 
 class PolicySampler:

@@ -21,7 +21,8 @@ import torch
 from honed.config import SFTConfig
 from honed.envs.base import Environment
 from honed.errors import HonedError
-from honed.models.policy import Policy, TokenBatch, make_batch
+from honed.models.policy import Policy
+from honed.models.scoring import TokenBatch, make_batch, score
 from honed.rl.schedule import build_lr_scheduler, build_optimizer
 
 MAX_EXAMPLES_PER_ENV = 50_000
@@ -92,7 +93,7 @@ def run_sft(
             order += fresh
         idx, order = order[: cfg.batch_size], order[cfg.batch_size :]
         batch, weights = _batch([pool[i] for i in idx], policy.pad_id, cfg.prompt_loss_weight)
-        logp, _ = policy.completion_logprobs(batch)
+        logp = score(policy.model, batch).logprobs
         loss = -(logp * weights).sum() / weights.sum()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -36,7 +36,7 @@ from transformers import PreTrainedModel
 from honed.config import TrainerConfig
 from honed.models.dropout import dropout_active
 from honed.models.policy import Policy
-from honed.models.prefix import ScoreBatch, batch_logprobs, build_batch
+from honed.models.scoring import ScoreBatch, build_batch, score
 from honed.rewards.units import group_units, unit_rewards
 from honed.rl.advantages import compute_advantages
 from honed.rl.loss import grpo_loss, kl_reward_penalty, token_weights
@@ -45,6 +45,10 @@ from honed.types import Group
 # One group's KL reward penalties: per trajectory, per segment, β·Σ k1 over its tokens.
 Penalties = list[list[float]]
 Normalize = Callable[[str, list[float]], list[float]]
+
+
+# What `_one_step` sums over micro-batches (token-weighted; divided by the token count at the end).
+_SUMS = ("loss", "low", "high", "kl", "entropy", "ratio", "off", "capped", "is_weight", "tokens")
 
 
 @dataclass
@@ -208,7 +212,7 @@ class PolicyUpdate:
         model.eval()
         try:
             with torch.inference_mode():
-                logp, _ = batch_logprobs(model, batch, self.cfg.temperature)
+                logp = score(model, batch, self.cfg.temperature).logprobs
         finally:
             model.train(training)
         return logp.clone()
@@ -297,62 +301,16 @@ class PolicyUpdate:
         weights: list[torch.Tensor],
         cache: dict[int, _MicroBatch],
     ) -> dict[str, float]:
-        cfg = self.cfg
         model = self.policy.model
         model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        sums = {"loss": 0.0, "low": 0.0, "high": 0.0, "kl": 0.0, "entropy": 0.0, "ratio": 0.0}
-        sums |= {"off": 0.0, "capped": 0.0, "is_weight": 0.0}
-        tokens = 0.0
+        sums = dict.fromkeys(_SUMS, 0.0)
         for mb, idx in enumerate(self.micro_batches(len(sequences))):
-            chunk = [sequences[i] for i in idx]
-            state, batch = self._micro_batch(mb, chunk, cache)
-            width = batch.completion_width
-            logp, entropy = batch_logprobs(model, batch, cfg.temperature, with_entropy=True)
-            if state is None:
-                # no dropout: this first forward is π_old itself, so the ratio is exactly 1
-                ref = self._score(self.reference, batch) if self.kl_in_loss else None
-                state = cache[mb] = _MicroBatch(batch, logp.detach(), ref)
-            behaviour = _pad([s.old_logprobs for s in chunk], width)
-            off = torch.as_tensor([s.off_policy for s in chunk], dtype=torch.bool)[:, None]
-            adv = torch.as_tensor([s.advantage for s in chunk], dtype=torch.float32)
-            w = torch.zeros((len(chunk), width), dtype=torch.float32)
-            for row, i in enumerate(idx):
-                w[row, : len(weights[i])] = weights[i].to(torch.float32)
-            out = grpo_loss(
-                logp,
-                state.old,
-                adv,
-                w,
-                epsilon_low=cfg.epsilon,
-                epsilon_high=cfg.clip_high,
-                ref_logp=state.ref,
-                beta=cfg.beta,
-                kl_estimator=cfg.kl_estimator,
-                behaviour_logp=behaviour,
-                off_policy=off & batch.completion_mask.bool(),
-                importance_sampling_cap=self.importance_sampling_cap,
-            )
-            loss, surr, kl = out.loss, out.surrogate, out.kl
-            mask = batch.completion_mask.float()
-            if out.is_weight is not None:
-                sums["off"] += float(out.off_policy.sum())
-                sums["capped"] += float(out.capped.sum())
-                sums["is_weight"] += float((out.is_weight * out.off_policy).sum())
-            loss.backward()
-            n = float(mask.sum())
-            tokens += n
-            sums["loss"] += loss.item()
-            sums["low"] += float((surr.low_clipped.float() * mask).sum())
-            sums["high"] += float((surr.high_clipped.float() * mask).sum())
-            sums["ratio"] += float((surr.ratio.detach() * mask).sum())
-            sums["entropy"] += float((entropy * mask).sum()) if entropy is not None else 0.0
-            if kl is not None:
-                sums["kl"] += float((kl.detach() * mask).sum())
-        max_norm = cfg.max_grad_norm if cfg.max_grad_norm else math.inf
+            self._backward(mb, [sequences[i] for i in idx], [weights[i] for i in idx], cache, sums)
+        max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm else math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         self.optimizer.step()
-        per_tok = max(tokens, 1.0)
+        per_tok = max(sums["tokens"], 1.0)
         off_tok = max(sums["off"], 1.0)
         return {
             "loss": sums["loss"],
@@ -363,8 +321,60 @@ class PolicyUpdate:
             "entropy": sums["entropy"] / per_tok,
             "kl": sums["kl"] / per_tok,
             "grad_norm": float(grad_norm),
-            "tokens/trained": tokens,
+            "tokens/trained": sums["tokens"],
             "is/off_policy_frac": sums["off"] / per_tok,
             "is/capped_frac": sums["capped"] / off_tok,
             "is/weight_mean": sums["is_weight"] / off_tok if sums["off"] else 1.0,
         }
+
+    def _backward(
+        self,
+        mb: int,
+        chunk: list[TrainSequence],
+        weights: list[torch.Tensor],
+        cache: dict[int, _MicroBatch],
+        sums: dict[str, float],
+    ) -> None:
+        """Score one micro-batch, backpropagate its share of the loss and add its statistics
+        (token-weighted sums) to `sums`."""
+        cfg = self.cfg
+        state, batch = self._micro_batch(mb, chunk, cache)
+        width = batch.completion_width
+        scores = score(self.policy.model, batch, cfg.temperature, with_entropy=True)
+        logp, mask = scores.logprobs, scores.mask.float()
+        if state is None:
+            # no dropout: this first forward is π_old itself, so the ratio is exactly 1
+            ref = self._score(self.reference, batch) if self.kl_in_loss else None
+            state = cache[mb] = _MicroBatch(batch, logp.detach(), ref)
+        w = torch.zeros((len(chunk), width), dtype=torch.float32)
+        for row, weight in enumerate(weights):
+            w[row, : len(weight)] = weight.to(torch.float32)
+        off = torch.as_tensor([s.off_policy for s in chunk], dtype=torch.bool)[:, None]
+        out = grpo_loss(
+            logp,
+            state.old,
+            torch.as_tensor([s.advantage for s in chunk], dtype=torch.float32),
+            w,
+            epsilon_low=cfg.epsilon,
+            epsilon_high=cfg.clip_high,
+            ref_logp=state.ref,
+            beta=cfg.beta,
+            kl_estimator=cfg.kl_estimator,
+            behaviour_logp=_pad([s.old_logprobs for s in chunk], width),
+            off_policy=off & scores.mask.bool(),
+            importance_sampling_cap=self.importance_sampling_cap,
+        )
+        out.loss.backward()
+        surr = out.surrogate
+        if out.is_weight is not None:
+            sums["off"] += float(out.off_policy.sum())
+            sums["capped"] += float(out.capped.sum())
+            sums["is_weight"] += float((out.is_weight * out.off_policy).sum())
+        sums["tokens"] += float(mask.sum())
+        sums["loss"] += out.loss.item()
+        sums["low"] += float((surr.low_clipped.float() * mask).sum())
+        sums["high"] += float((surr.high_clipped.float() * mask).sum())
+        sums["ratio"] += float((surr.ratio.detach() * mask).sum())
+        sums["entropy"] += float((scores.entropy * mask).sum())
+        if out.kl is not None:
+            sums["kl"] += float((out.kl.detach() * mask).sum())
