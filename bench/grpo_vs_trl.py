@@ -118,7 +118,7 @@ def run_honed(s: Settings) -> None:
         clock.restart()
         for _ in range(n):
             metrics = trainer.train_step()
-            trainer.sinks.log(trainer.step, metrics)
+            trainer.life.log(trainer.step, metrics)
             clock.lap(metrics["completions/mean_length"] * per_step)
         clock.report(channel)
 

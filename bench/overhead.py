@@ -112,7 +112,7 @@ def measure(shape: str, args: argparse.Namespace, work: Path) -> dict:
         keep = i >= args.warmup
         start = time.perf_counter()
         metrics = trainer.train_step()
-        trainer.sinks.log(trainer.step, metrics)
+        trainer.life.log(trainer.step, metrics)
         honed_time = time.perf_counter() - start
 
         # The same work, bare: the last step's groups give the prompts, lengths and sequences.

@@ -10,7 +10,9 @@ cannot apply.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 
 import pytest
 import torch
@@ -48,19 +50,21 @@ def _completions(run: RunDir) -> list[tuple[int, str, str, float]]:
 
 
 def _interrupt_after(trainer: GRPOTrainer, steps: int) -> TrainingInterrupted:
-    """Run `trainer` and stop it like Ctrl-C after `steps` steps (a checkpoint is written)."""
+    """Run `trainer` and press Ctrl-C (a real SIGINT) while its step `steps` is under way: the
+    step finishes, its checkpoint is written, and the run stops."""
     calls = {"n": 0}
     real_step = trainer.train_step
 
-    def stop():
-        if calls["n"] == steps:
-            raise KeyboardInterrupt
+    def step_with_ctrl_c():
         calls["n"] += 1
+        if calls["n"] == steps:
+            os.kill(os.getpid(), signal.SIGINT)
         return real_step()
 
-    trainer.train_step = stop
+    trainer.train_step = step_with_ctrl_c
     with pytest.raises(TrainingInterrupted) as interrupted:
         trainer.train()
+    assert calls["n"] == steps, "the run stopped after the step under way, not later"
     return interrupted.value
 
 
@@ -92,7 +96,7 @@ def test_resume_repeats_the_uninterrupted_run_bit_for_bit(tmp_path, micro_batch_
     resumed = GRPOTrainer(config("b"), RunDir(tmp_path / "b/run"))
     resumed.train(resume=True)
     # settings: only the checkpoint interval differed between the two invocations
-    assert [c[0] for c in resumed.resume_changes] == ["checkpoint.every"]
+    assert [c.key for c in resumed.resume_changes] == ["checkpoint.every"]
     a, b = straight.run, resumed.run
     rows = _rows(b)
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
@@ -120,11 +124,45 @@ def test_interrupted_and_resumed_run_ends_as_the_uninterrupted_one(tmp_path):
     straight.train()
     cfg = small_config(tmp_path / "b", "checkpoint.every=0", data=data)
     stop = _interrupt_after(GRPOTrainer(cfg, RunDir(tmp_path / "b/run")), 2)
-    assert stop.step == 2
-    assert (tmp_path / "b/run/checkpoints/step_2" / STATE_FILE).is_file()
+    assert (stop.step, stop.finished) == (2, True)
+    assert stop.path == tmp_path / "b/run/checkpoints/step_2"
+    assert (stop.path / STATE_FILE).is_file()
     again = GRPOTrainer(cfg, RunDir(tmp_path / "b/run"))
     again.train(resume=True)
     assert again.step == 4
+    assert _rows(again.run) == _rows(straight.run)
+    wa, wb = _weights(straight.run, 4), _weights(again.run, 4)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_a_second_ctrl_c_mid_step_saves_nothing_and_resumes_from_the_last_checkpoint(tmp_path):
+    """Cut short in the middle of its update (after sampling, which advanced the sampler and
+    the normalisers), a step leaves no checkpoint: saving that state would resume a run that
+    differs from the uninterrupted one."""
+    data = spread_env_data(tmp_path)
+    straight = GRPOTrainer(
+        small_config(tmp_path / "a", "checkpoint.every=1", data=data), RunDir(tmp_path / "a/run")
+    )
+    straight.train()
+    cfg = small_config(tmp_path / "b", "checkpoint.every=1", data=data)
+    trainer = GRPOTrainer(cfg, RunDir(tmp_path / "b/run"))
+    real_collect = trainer.collect
+
+    def collect_then_second_ctrl_c():
+        out = real_collect()
+        if trainer.step == 2:  # step 3 has sampled
+            raise KeyboardInterrupt
+        return out
+
+    trainer.collect = collect_then_second_ctrl_c
+    with pytest.raises(TrainingInterrupted) as interrupted:
+        trainer.train()
+    stop = interrupted.value
+    assert (stop.step, stop.finished) == (2, False)
+    assert stop.path == tmp_path / "b/run/checkpoints/step_2"
+    assert not (tmp_path / "b/run/checkpoints/step_3").exists()
+    again = GRPOTrainer(cfg, RunDir(tmp_path / "b/run"))
+    again.train(resume=True)
     assert _rows(again.run) == _rows(straight.run)
     wa, wb = _weights(straight.run, 4), _weights(again.run, 4)
     assert all(torch.equal(wa[k], wb[k]) for k in wa)

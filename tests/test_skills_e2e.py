@@ -7,7 +7,9 @@ the run before any work."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import socket
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from skill_world import HARMFUL, INITIAL_SKILL, World, write_config
 
 from honed.cli import main
 from honed.skills.schedule import build_scheduler
+from honed.skills.trainer import SkillTrainer
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +127,38 @@ def test_a_crashed_run_resumes_to_the_same_best_skill(full_run, world, tmp_path)
         assert resumed[key] == full[key]
     assert [v["hash"] for v in resumed["versions"]] == [v["hash"] for v in full["versions"]]
     assert [d.name for d in steps(run)] == [d.name for d in steps(full_run)]
+
+
+def test_ctrl_c_finishes_the_step_saves_it_and_the_resumed_run_ends_as_the_full_one(
+    full_run, world, tmp_path, monkeypatch, capsys
+):
+    """The run lifecycle GRPO uses: the first Ctrl-C lets the step under way finish and saves
+    it (a step cut short would leave the edit budget and the sampler past the saved state);
+    every step's record goes to metrics.jsonl once, across the interruption."""
+    _, server = world
+    config = write_config(tmp_path, server.base_url)
+    run = tmp_path / "run"
+    real_reflect = SkillTrainer._reflect
+
+    def reflect_with_ctrl_c(trainer, step, rollouts):
+        if step == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_reflect(trainer, step, rollouts)
+
+    monkeypatch.setattr(SkillTrainer, "_reflect", reflect_with_ctrl_c)
+    assert train(config, run) == 130
+    err = capsys.readouterr().err
+    assert f"interrupted after step 3; saved {run / 'state.json'}; continue with --resume" in err
+    assert read(run / "state.json")["step"] == 3
+    assert (run / "steps" / "step_0003").is_dir() and not (run / "steps" / "step_0004").exists()
+    monkeypatch.setattr(SkillTrainer, "_reflect", real_reflect)
+    assert train(config, run, "--resume") == 0
+    assert (run / "best_skill.md").read_text() == (full_run / "best_skill.md").read_text()
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    full = [json.loads(line) for line in (full_run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged] == [r["step"] for r in full] == list(range(1, len(full) + 1))
+    assert [r["outcome"] for r in logged] == [r["outcome"] for r in full]
+    assert logged[0] == read(run / "steps" / "step_0001" / "step.json") | {"step": 1}
 
 
 def test_skills_eval_scores_a_skill_from_the_run_cache(full_run, world):

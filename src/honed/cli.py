@@ -13,6 +13,7 @@ from honed import __version__
 from honed.config import Config, load_config
 from honed.errors import HonedError
 from honed.runs.files import atomic_write_dir, atomic_write_json
+from honed.runs.lifecycle import RunInterrupted
 from honed.runs.progress import Reporter
 from honed.runs.rundir import STATE_FILE, RunDir
 from honed.runs.trust import load_run_config
@@ -174,7 +175,7 @@ def resolve_run_dir(args: argparse.Namespace, config: Config | SkillsConfig) -> 
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from honed.rl.trainer import GRPOTrainer, TrainingInterrupted
+    from honed.rl.trainer import GRPOTrainer
 
     config = load_config(args.config, args.override)
     run = resolve_run_dir(args, config)
@@ -189,12 +190,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     reporter = Reporter(enabled=not args.quiet and config.logging.progress)
     reporter.note(f"run directory: {run.path}")
     trainer = GRPOTrainer(config, run, reporter)
-    try:
-        summary = trainer.train(resume=args.resume)
-    except TrainingInterrupted as stop:
-        where = f"; checkpoint {stop.path}" if stop.path else ""
-        print(f"interrupted after step {stop.step}{where}; continue with --resume", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    summary = trainer.train(resume=args.resume)
     start = "warm-start" if config.sft.steps else "untrained"
     shots = config.eval.few_shot
     reporter.comparison(
@@ -390,7 +386,7 @@ def cmd_skills_train(args: argparse.Namespace) -> int:
             f"{run.path} already holds a skills run; pass --resume to continue it, --overwrite "
             "to replace it, or --run-dir to start another"
         )
-    reporter = Reporter(enabled=not args.quiet)
+    reporter = Reporter(enabled=not args.quiet and config.logging.progress)
     trainer = SkillTrainer(config, run, reporter)
     try:
         with reporter.status("checking the target and optimizer servers"):
@@ -398,11 +394,7 @@ def cmd_skills_train(args: argparse.Namespace) -> int:
         if args.overwrite and run.path.exists():
             shutil.rmtree(run.path)
         reporter.note(f"run directory: {run.path}")
-        try:
-            summary = trainer.train(resume=args.resume)
-        except KeyboardInterrupt:
-            print(f"interrupted after step {trainer.step}; continue with --resume", file=sys.stderr)
-            return EXIT_INTERRUPTED
+        summary = trainer.train(resume=args.resume)
     finally:
         trainer.close()
     initial, best = (
@@ -489,9 +481,21 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"honed: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except RunInterrupted as stop:
+        print(f"honed: {interruption(stop)}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except KeyboardInterrupt:
         print("honed: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def interruption(stop: RunInterrupted) -> str:
+    """What a Ctrl-C left behind, and how to go on."""
+    if stop.path is None:
+        return f"interrupted after step {stop.step}; nothing was saved"
+    if stop.finished:
+        return f"interrupted after step {stop.step}; saved {stop.path}; continue with --resume"
+    return f"interrupted during step {stop.step + 1}, unsaved; --resume continues from {stop.path}"
 
 
 if __name__ == "__main__":

@@ -25,11 +25,10 @@ import numpy as np
 import torch
 import yaml
 
-from honed.config import Config, config_changes, dump_config, format_change
+from honed.config import Config, dump_config, format_change
 from honed.distributed import RolledGroup, RolloutPipeline, RolloutRequest, build_backend
 from honed.envs.base import Environment
 from honed.envs.registry import build_envs as build_config_envs
-from honed.errors import HonedError
 from honed.models.dropout import disable_dropout
 from honed.models.policy import Policy
 from honed.rewards import RewardNormalizer
@@ -38,6 +37,15 @@ from honed.rl.schedule import apply_optimizer_settings, build_lr_scheduler, buil
 from honed.rl.sft import run_sft
 from honed.rl.update import Penalties, PolicyUpdate, prepare, zero_spread
 from honed.runs.files import atomic_write_dir
+from honed.runs.lifecycle import (
+    Change,
+    RunInterrupted,
+    RunLifecycle,
+    changes_environments,
+    check_format,
+    refuse,
+    resume_changes,
+)
 from honed.runs.plots import plot_rewards
 from honed.runs.progress import Reporter
 from honed.runs.rundir import STATE_FILE, RunDir
@@ -51,16 +59,11 @@ from honed.types import Group, derive_seed
 FIXED_ON_RESUME = ("policy.model", "policy.gguf_file", "policy.tiny", "sft.")
 # Settings baked into the requests an asynchronous run has already drawn for coming steps.
 FIXED_WHILE_QUEUED = ("trainer.prompts_per_step", "distributed.max_staleness")
-# Where the run is written is not a training setting.
-IGNORED_ON_RESUME = ("run_dir",)
+# The trainer state's layout; `honed.runs.lifecycle.check_format` refuses others.
+STATE_FORMAT = 1
 
-
-class TrainingInterrupted(Exception):
-    """Ctrl-C during training: a checkpoint of the last finished step has been written."""
-
-    def __init__(self, step: int, path: Path | None) -> None:
-        super().__init__(f"interrupted after step {step}")
-        self.step, self.path = step, path
+# The name this exception had before both loops shared the run lifecycle.
+TrainingInterrupted = RunInterrupted
 
 
 def seed_everything(seed: int) -> None:
@@ -95,7 +98,8 @@ class GRPOTrainer:
         self.initial_eval_few_shot: dict[str, float] = {}
         self.warmstart: dict[str, float] = {}
         self.policy: Policy | None = None
-        self.resume_changes: list[tuple[str, Any, Any]] = []
+        self.resume_changes: list[Change] = []
+        self.final_eval: dict[str, float] | None = None
 
     # ------------------------------------------------------------------ set-up
 
@@ -153,14 +157,13 @@ class GRPOTrainer:
         return ref
 
     def setup(self, resume: bool) -> None:
-        self.run.create()
-        latest = self.run.latest_checkpoint() if resume else None
-        if resume and latest is None:
-            self.reporter.note("no checkpoint to resume from: starting a new run")
+        self.life = RunLifecycle(self.run, self.reporter)
+        latest = self.life.open(resume, self.run.latest_checkpoint)
         state = None
         if latest is not None:
             _step, path = latest
             state = load_state(path / STATE_FILE)
+            check_format(state, path / STATE_FILE, STATE_FORMAT)
             self.resume_changes = self._check_changes(state)
         self.run.write_config(dump_config(self.config))
         if state is not None:
@@ -203,7 +206,8 @@ class GRPOTrainer:
         if state is not None:
             self.pipeline.load_state_dict(state.get("rollout_queue", []), self.sampler.items)
         self.rollouts.sync_weights(self.policy, self.step)
-        self.sinks = Sinks(self.run, self.config)
+        resumed_step = self.step if state is not None else None
+        self.life.start(dump_config(self.config), Sinks(self.run, self.config), resumed_step)
 
     def _restore(self, state: dict[str, Any], path: Path) -> None:
         """Put a checkpoint's state back: the step, optimizer moments, sampler and curricula,
@@ -231,19 +235,16 @@ class GRPOTrainer:
         self.initial_eval = state["initial_eval"]
         self.initial_eval_few_shot = state.get("initial_eval_few_shot", {})
         self.warmstart = state.get("warmstart", {})
-        self.run.truncate_logs(self.step)
-        self.reporter.note(f"resumed from {path} (step {self.step})")
-        known = {key for key, _, _ in self.resume_changes}
-        lines = [format_change(*c) for c in self.resume_changes]
+        known = {c.key for c in self.resume_changes}
+        lines = [str(c) for c in self.resume_changes]
         for line in reported:
             key = line.partition(":")[0]
             if key not in known:
                 known.add(key)
                 lines.append(line)
-        for line in lines:
-            self.reporter.note(line)
+        self.life.resumed(path, self.step, lines)
 
-    def _check_changes(self, state: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    def _check_changes(self, state: dict[str, Any]) -> list[Change]:
         """The settings the config in force changes against the checkpoint's run.
 
         The checkpoint supplies the state and the config the settings; a setting that cannot
@@ -252,23 +253,19 @@ class GRPOTrainer:
         before = state.get("config")
         if before is None and self.run.config_path.is_file():  # a checkpoint without it
             before = yaml.safe_load(self.run.config_path.read_text())
-        if not isinstance(before, dict):
-            return []
-        after = self.config.model_dump(mode="json")
-        changes = [c for c in config_changes(before, after) if c[0] not in IGNORED_ON_RESUME]
+        changes = resume_changes(before, self.config.model_dump(mode="json"))
         queued = bool(state.get("rollout_queue"))
-        for key, old, new in changes:
-            reason = None
-            if key.startswith(FIXED_ON_RESUME):
-                reason = "the checkpoint holds the weights, optimizer and warm-start of the run"
-            elif key == "envs" or (key.startswith("envs.") and key.endswith((".name", ".type"))):
-                reason = "the checkpoint holds each environment's curriculum and statistics"
-            elif queued and key in FIXED_WHILE_QUEUED:
-                reason = "requests for the next steps were drawn with it and are in the checkpoint"
-            if reason:
-                raise HonedError(
-                    f"{key} cannot change when resuming ({format_change(key, old, new)}): "
-                    f"{reason}; start a new run (--overwrite or another --run-dir) instead"
+        for change in changes:
+            if change.key.startswith(FIXED_ON_RESUME):
+                refuse(
+                    change, "the checkpoint holds the weights, optimizer and warm-start of the run"
+                )
+            if changes_environments(change.key):
+                refuse(change, "the checkpoint holds each environment's curriculum and statistics")
+            if queued and change.key in FIXED_WHILE_QUEUED:
+                refuse(
+                    change,
+                    "requests for the next steps were drawn with it and are in the checkpoint",
                 )
         return changes
 
@@ -276,6 +273,7 @@ class GRPOTrainer:
 
     def state_dict(self) -> dict[str, Any]:
         return {
+            "format": STATE_FORMAT,
             "step": self.step,
             "rollouts_generated": self.rollouts_generated,
             "optimizer": self.optimizer.state_dict(),
@@ -473,52 +471,64 @@ class GRPOTrainer:
             self.rollouts.close()
 
     def _train(self) -> dict[str, Any]:
-        started = time.perf_counter()
+        self._initial_evaluations()
+        self.final_eval = self._logged_eval()
+        self.life.steps(self, "GRPO", self.cfg.max_steps)
+        latest = self.run.latest_checkpoint()
+        if not latest or latest[0] != self.step:
+            self.save_checkpoint()
+        final_eval = self.final_eval
+        if final_eval is None:
+            with self.reporter.status("final evaluation"):
+                final_eval = self.evaluate_policy()
+            self.life.log(self.step, {f"eval/{k}": v for k, v in final_eval.items()})
+        else:
+            self.reporter.note(f"final evaluation: the one already logged at step {self.step}")
+        summary = self.life.close(self.summary(final_eval, self.life.seconds))
+        plot_rewards(self.run.read_jsonl(self.run.metrics_path), self.run.file("reward.png"))
+        return summary
+
+    def _initial_evaluations(self) -> None:
+        """The starting policy on the held-out split (and with k solved examples in its prompt,
+        with `eval.few_shot`), logged at step 0; a resumed run has them already."""
         if not self.initial_eval:
             with self.reporter.status("initial evaluation"):
                 self.initial_eval = self.evaluate_policy()
-            self.sinks.log(0, {f"eval/{k}": v for k, v in self.initial_eval.items()})
+            self.life.log(0, {f"eval/{k}": v for k, v in self.initial_eval.items()})
         shots = self.config.eval.few_shot
         if shots and not self.initial_eval_few_shot:
             with self.reporter.status(f"initial evaluation, {shots}-shot"):
                 self.initial_eval_few_shot = self.evaluate_policy(few_shot=shots)
-            self.sinks.log(
+            self.life.log(
                 0, {f"eval_{shots}_shot/{k}": v for k, v in self.initial_eval_few_shot.items()}
             )
-        ckpt_every = self.config.checkpoint.every
-        final_eval = self._logged_eval()
-        try:
-            with self.reporter.task("GRPO", self.cfg.max_steps, start=self.step) as advance:
-                while self.step < self.cfg.max_steps and not self.budget_spent():
-                    metrics = self.train_step()
-                    final_eval = None
-                    if self.config.eval.every and self.step % self.config.eval.every == 0:
-                        final_eval = self.evaluate_policy()
-                        metrics.update({f"eval/{k}": v for k, v in final_eval.items()})
-                    self.sinks.log(self.step, metrics)
-                    if ckpt_every and self.step % ckpt_every == 0:
-                        self.save_checkpoint()
-                    advance(
-                        f"reward {metrics['reward/mean']:.3f}  "
-                        f"zero-std {metrics['frac_reward_zero_std']:.2f}"
-                    )
-        except KeyboardInterrupt:
-            path = self.save_checkpoint() if self.step else None
-            self.sinks.close()
-            raise TrainingInterrupted(self.step, path) from None
-        if not self.run.latest_checkpoint() or self.run.latest_checkpoint()[0] != self.step:
-            self.save_checkpoint()
-        if final_eval is None:
-            with self.reporter.status("final evaluation"):
-                final_eval = self.evaluate_policy()
-            self.sinks.log(self.step, {f"eval/{k}": v for k, v in final_eval.items()})
-        else:
-            self.reporter.note(f"final evaluation: the one already logged at step {self.step}")
-        self.sinks.close()
-        summary = self.summary(final_eval, time.perf_counter() - started)
-        self.run.write_summary(summary)
-        plot_rewards(self.run.read_jsonl(self.run.metrics_path), self.run.file("reward.png"))
-        return summary
+
+    # ------------------------------------------------------------------ the lifecycle's loop
+
+    def done(self) -> bool:
+        return self.step >= self.cfg.max_steps or self.budget_spent()
+
+    def after_step(self, record: dict[str, Any]) -> None:
+        """The held-out evaluation every `eval.every` steps, logged with the step."""
+        self.final_eval = None
+        every = self.config.eval.every
+        if every and self.step % every == 0:
+            self.final_eval = self.evaluate_policy()
+            record.update({f"eval/{k}": v for k, v in self.final_eval.items()})
+
+    def checkpoint_due(self) -> bool:
+        every = self.config.checkpoint.every
+        return bool(every) and self.step % every == 0
+
+    def save(self) -> Path:
+        return self.save_checkpoint()
+
+    def saved(self) -> Path | None:
+        latest = self.run.latest_checkpoint()
+        return latest[1] if latest else None
+
+    def describe(self, record: dict[str, Any]) -> str:
+        return f"reward {record['reward/mean']:.3f}  zero-std {record['frac_reward_zero_std']:.2f}"
 
     def _logged_eval(self) -> dict[str, float] | None:
         """The evaluation a resumed run already logged at its checkpoint's step, if any.
@@ -526,7 +536,7 @@ class GRPOTrainer:
         A run resumed after it finished, or at a step where it evaluated, reuses it as its
         final evaluation instead of logging a second one (unless `eval.*` settings changed).
         """
-        if self.step == 0 or any(key.startswith("eval.") for key, _, _ in self.resume_changes):
+        if self.step == 0 or any(c.key.startswith("eval.") for c in self.resume_changes):
             return None
         found = None
         for row in self.run.read_jsonl(self.run.metrics_path):

@@ -102,10 +102,14 @@ class RunDir:
                     break  # a line cut short by a crash ends the readable log
         return rows
 
-    def truncate_logs(self, last_step: int) -> None:
-        """On resume, drop log lines from steps after the checkpoint being resumed."""
+    def truncate_logs(self, last_step: int, keep_start: bool = True) -> None:
+        """Drop log lines from steps after `last_step` (on resume, the checkpoint's step).
+        Without `keep_start`, a new run's, every line goes, step 0's initial evaluation too."""
         for path in (self.metrics_path, self.samples_path):
+            if not path.exists():
+                continue
             rows = [r for r in self.read_jsonl(path) if int(r.get("step", 0)) <= last_step]
+            rows = rows if keep_start else []
             atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
 
     # ------------------------------------------------------------ checkpoints

@@ -10,9 +10,19 @@ import math
 import os
 from typing import Any, Protocol
 
-from honed.config import Config
+from honed.config import LoggingConfig
 from honed.errors import HonedError
 from honed.runs.rundir import RunDir
+
+
+class Tracked(Protocol):
+    """A run's config as the sinks read it: GRPO's `Config` and the skill loop's
+    `SkillsConfig` both have a seed and a `logging` section."""
+
+    seed: int
+    logging: LoggingConfig
+
+    def model_dump(self, *, mode: str) -> dict[str, Any]: ...
 
 
 class Sink(Protocol):
@@ -63,7 +73,7 @@ class TensorBoardSink:
 class WandbSink:
     """Offline by default (`WANDB_MODE=online` to stream): runs sync later with `wandb sync`."""
 
-    def __init__(self, run: RunDir, config: Config) -> None:
+    def __init__(self, run: RunDir, config: Tracked) -> None:
         try:
             import wandb
         except ImportError as exc:
@@ -88,7 +98,7 @@ class WandbSink:
 
 
 class MlflowSink:
-    def __init__(self, run: RunDir, config: Config) -> None:
+    def __init__(self, run: RunDir, config: Tracked) -> None:
         try:
             import mlflow
         except ImportError as exc:
@@ -102,7 +112,12 @@ class MlflowSink:
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
             mlflow.set_tracking_uri(run.file("mlruns").resolve().as_uri())
         mlflow.start_run(run_name=run.path.name)
-        mlflow.log_params({"seed": config.seed, "policy": config.policy.model})
+        params: dict[str, Any] = {"seed": config.seed}
+        for section in ("policy", "target"):  # the model GRPO trains, or the skill loop's
+            model = getattr(getattr(config, section, None), "model", None)
+            if model is not None:
+                params[section] = model
+        mlflow.log_params(params)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         clean = {k.replace("/", "."): v for k, v in _finite(metrics).items()}
@@ -115,7 +130,7 @@ class MlflowSink:
 class Sinks:
     """Fan-out to every enabled sink."""
 
-    def __init__(self, run: RunDir, config: Config) -> None:
+    def __init__(self, run: RunDir, config: Tracked) -> None:
         self.sinks: list[Sink] = [JsonlSink(run)]
         if config.logging.tensorboard:
             self.sinks.append(TensorBoardSink(run))

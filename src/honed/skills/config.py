@@ -14,7 +14,14 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from honed.config import CurriculumConfig, EnvConfig, Strict, check_envs, load_model
+from honed.config import (
+    CurriculumConfig,
+    EnvConfig,
+    LoggingConfig,
+    Strict,
+    check_envs,
+    load_model,
+)
 from honed.errors import HonedError
 from honed.models.chat import ChatModelConfig
 from honed.skills.schedule import Anchor, LRScheduler, Rounding, build_scheduler
@@ -156,6 +163,9 @@ class SkillsConfig(Strict):
     gate: GateConfig = GateConfig()
     consolidation: ConsolidationConfig = ConsolidationConfig()
     eval: SkillEvalConfig = SkillEvalConfig()
+    # metric sinks, as for GRPO: each step's record goes to metrics.jsonl, and to TensorBoard,
+    # W&B or MLflow when on (`samples_per_step` is GRPO's only)
+    logging: LoggingConfig = LoggingConfig()
 
     @model_validator(mode="after")
     def _consistent(self) -> SkillsConfig:

@@ -22,40 +22,30 @@ A few settings cannot apply to a run in progress, and changing one stops the res
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from honed.config import config_changes as settings_changes
-from honed.config import format_change
-from honed.errors import HonedError
+from honed.config import LoggingConfig
+from honed.runs.lifecycle import Change, changes_environments, refuse, resume_changes
 
-# Where the run is written is not a training setting (and `--run-dir` overrides it).
-IGNORED = ("run_dir",)
+__all__ = ["Change", "check_changes", "config_changes"]
+
 # What honed wrote before these schedule keys existed: a run started then used these values.
 SCHEDULE_BEFORE_ANCHOR = {"anchor": "both", "rounding": "half_up"}
 
 
-@dataclass(frozen=True)
-class Change:
-    """One setting that differs between the run's config and the config in force."""
-
-    key: str
-    before: Any
-    after: Any
-
-    def __str__(self) -> str:
-        return format_change(self.key, self.before, self.after)
-
-
-def config_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Change]:
-    """The settings that differ between two resolved configs (as `model_dump(mode="json")`),
-    found as for GRPO (`honed.config.config_changes`) but for the run directory. A run started
-    before the schedule had `anchor` and `rounding` is compared as having used what honed did
-    then."""
+def config_changes(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> list[Change]:
+    """The settings that differ between the run's config (None: unknown) and the one in force,
+    as for GRPO (`honed.runs.lifecycle.resume_changes`). A run started before the schedule had
+    `anchor` and `rounding`, or before the skill loop had a `logging` section, is compared as
+    having used what honed did then."""
+    if not isinstance(before, Mapping):
+        return []
     schedule = before.get("schedule")
     if isinstance(schedule, Mapping) and "anchor" not in schedule:
         before = {**before, "schedule": {**schedule, **SCHEDULE_BEFORE_ANCHOR}}
-    return [Change(*c) for c in settings_changes(before, after) if c[0] not in IGNORED]
+    if "logging" not in before and "logging" in after:
+        before = {**before, "logging": LoggingConfig().model_dump(mode="json")}
+    return resume_changes(before, after)
 
 
 def check_changes(
@@ -72,10 +62,10 @@ def check_changes(
     for change in changes:
         reason = _fixed(change.key)
         if reason:
-            _refuse(change, reason)
+            refuse(change, reason)
     before, after = steps_per_epoch
     if steps_done and before is not None and before != after:
-        _refuse(
+        refuse(
             _cause(changes, ("train.steps_per_epoch", "train.batch_size"))
             or Change("train.steps_per_epoch", before, after),  # the training data changed
             f"it makes epochs of {after} steps instead of {before}, and the run's {steps_done} "
@@ -83,7 +73,7 @@ def check_changes(
             f"train.steps_per_epoch: {before} to keep them",
         )
     if total_steps < steps_done:
-        _refuse(
+        refuse(
             _cause(
                 changes,
                 ("train.max_steps", "train.epochs", "train.steps_per_epoch", "train.batch_size"),
@@ -98,7 +88,7 @@ def _fixed(key: str) -> str | None:
     """Why the setting `key` cannot change in a run in progress, or None if it can."""
     if key == "skill.init":
         return "the run's initial skill is version 1, already scored and built upon"
-    if key == "envs" or (key.startswith("envs.") and key.endswith((".name", ".type"))):
+    if changes_environments(key):
         return "the sampler's state and every recorded score belong to the run's environments"
     if key in ("gate.split", "gate.num_items"):
         return (
@@ -115,14 +105,3 @@ def _cause(changes: list[Change], keys: tuple[str, ...]) -> Change | None:
         if change.key in keys or (change.key.startswith("envs.") and ".args." in change.key):
             return change
     return None
-
-
-def _refuse(cause: Change | str, reason: str) -> None:
-    what = (
-        f"{cause.key} cannot change when resuming ({cause})"
-        if isinstance(cause, Change)
-        else f"{cause} cannot change when resuming"
-    )
-    raise HonedError(
-        f"{what}: {reason}; start a new run (--overwrite or another --run-dir) instead"
-    )

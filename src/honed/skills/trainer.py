@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +35,18 @@ from honed.envs.registry import build_envs
 from honed.errors import HonedError
 from honed.models.chat import ChatClient, UsageMeter
 from honed.runs.files import atomic_write_dir, atomic_write_json, atomic_write_text
+from honed.runs.lifecycle import Change, RunLifecycle, check_format
 from honed.runs.progress import Reporter
+from honed.runs.sinks import Sinks
 from honed.sampling.sampler import Sampler
 from honed.skills.config import SkillsConfig
 from honed.skills.consolidate import propose
-from honed.skills.document import SkillDocument, SkillFormatError
+from honed.skills.document import ApplyReport, SkillDocument, SkillFormatError
+from honed.skills.edits import Edit
 from honed.skills.gate import Gate, GateDecision
-from honed.skills.merge import MergeResult, dedupe, llm_merge, rank
-from honed.skills.reflect import StepBuffer, minibatches, reflect
-from honed.skills.resume import Change, check_changes, config_changes
+from honed.skills.merge import MergeResult, Ranking, dedupe, llm_merge, rank
+from honed.skills.reflect import Reflection, StepBuffer, minibatches, reflect
+from honed.skills.resume import check_changes, config_changes
 from honed.skills.rollout import (
     Rollout,
     RolloutCache,
@@ -86,6 +89,36 @@ def _changed_items(before: list[Rollout], after: list[Rollout]) -> list[dict[str
         for b, a in zip(before, after, strict=True)
         if (b.hard, b.soft) != (a.hard, a.soft)
     ]
+
+
+@dataclass
+class _Verdict:
+    """What the gate made of a step's candidate."""
+
+    outcome: str  # accepted, rejected or unchanged
+    reason: str
+    before: Scores  # the current skill's selection scores
+    decision: GateDecision | None = None
+    changed: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self, split: str, items: int) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "split": split,
+            "items": items,
+            "decision": None if self.decision is None else self.decision.to_dict(),
+            "items_changed": self.changed,
+        }
+
+
+def _write_files(folder: Path, files: Mapping[str, Any]) -> None:
+    """Each entry as a file of `folder`: Markdown text as is, the rest as JSON."""
+    for name, content in files.items():
+        if name.endswith(".md"):
+            atomic_write_text(folder / name, content)
+        else:
+            atomic_write_json(folder / name, content)
 
 
 class SkillTrainer:
@@ -133,22 +166,18 @@ class SkillTrainer:
     def setup(self, resume: bool) -> bool:
         """Start a run, or load the one to resume; False when that one had already finished, in
         which case nothing is written (no second evaluation or summary)."""
-        self.run.create()
-        state = self.run.read_state() if resume else None
-        if resume and state is None:
-            self.reporter.note(f"nothing to resume in {self.run.path}: starting a new run")
+        self.life = RunLifecycle(self.run, self.reporter)
+        state = self.life.open(resume, self.run.read_state)
         if state is None:
             self.run.discard_progress()
         else:  # checked and loaded before anything is written: a refused resume changes nothing
             changes = self._check_resume(state)
             self.load_state_dict(state)
-            self.reporter.note(f"resuming {self.run.path} after step {self.step}")
-            for change in changes:
-                self.reporter.note(escape(str(change)))
+            self.life.resumed(self.run.state_path, self.step, [escape(str(c)) for c in changes])
             if self._finished():
                 self.reporter.note(f"the run finished after step {self.step}: nothing to do")
                 return False
-        self.run.write_config(dump_config(self.config))
+        self.life.start(dump_config(self.config), Sinks(self.run, self.config), self.step)
         self.cache = RolloutCache(self.run.cache_path)
         self.runner = TargetRunner(self.target, self.envs, self.config.skill.preamble, self.cache)
         note = self.gate.resolution_note(len(self.gate_items))
@@ -159,6 +188,11 @@ class SkillTrainer:
             self.current = self.run.skills.load(self.current_version)
             atomic_write_text(self.run.best_path, self.run.skills.load(self.best_version).text)
             return True
+        self._start_from_initial_skill()
+        return True
+
+    def _start_from_initial_skill(self) -> None:
+        """Version 1: the configured initial skill, scored on the selection items."""
         try:
             initial = SkillDocument(self.config.skill.initial_text())
         except SkillFormatError as exc:
@@ -170,8 +204,7 @@ class SkillTrainer:
         self._save_version(initial, scores, step=0, source="initial")
         self.current_version = self.best_version = self.epoch_start_version = 1
         atomic_write_text(self.run.best_path, initial.text)
-        self.save_state()
-        return True
+        self.save()
 
     def score(self, skill: SkillDocument, stage: str) -> tuple[Scores, list[Rollout]]:
         """The skill's scores on the gate's selection items (cached by skill hash)."""
@@ -183,22 +216,14 @@ class SkillTrainer:
     def _check_resume(self, state: dict[str, Any]) -> list[Change]:
         """The settings the config in force changes against the run's; refuses (exit code 2)
         a state this honed cannot read and a change that cannot apply to the run."""
-        if state.get("format") != STATE_FORMAT:
-            raise HonedError(
-                f"{self.run.state_path} has state format {state.get('format')!r}, this honed "
-                f"writes {STATE_FORMAT}; start a new run"
-            )
+        check_format(state, self.run.state_path, STATE_FORMAT)
         before = state.get("config")
         if before is None and self.run.config_path.is_file():  # states written before it held it
             try:
                 before = yaml.safe_load(self.run.config_path.read_text(encoding="utf-8"))
             except yaml.YAMLError:
                 before = None
-        changes = (
-            config_changes(before, self.config.model_dump(mode="json"))
-            if isinstance(before, dict)
-            else []
-        )
+        changes = config_changes(before, self.config.model_dump(mode="json"))
         check_changes(
             changes,
             state["step"],
@@ -247,8 +272,31 @@ class SkillTrainer:
         self.history = list(state["history"])
         self.versions = list(state["versions"])
 
-    def save_state(self) -> None:
+    # ------------------------------------------------------------------ the lifecycle's loop
+
+    def done(self) -> bool:
+        return self.step >= self.total_steps
+
+    def after_step(self, record: dict[str, Any]) -> None:
+        if self._epoch_ends_now():
+            self.close_epoch()
+
+    def checkpoint_due(self) -> bool:
+        """Always: a step costs model calls, so its state is never recomputed."""
+        return True
+
+    def save(self) -> Path:
         self.run.write_state(self.state_dict())
+        return self.run.state_path
+
+    def saved(self) -> Path | None:
+        return self.run.state_path if self.run.state_path.is_file() else None
+
+    def describe(self, record: dict[str, Any]) -> str:
+        return (
+            f"v{self.current_version:04d} {record['outcome']}  "
+            f"selection {self.gate.metric(self.current_scores):.3f}"
+        )
 
     # ------------------------------------------------------------------ skills
 
@@ -279,67 +327,19 @@ class SkillTrainer:
     # ------------------------------------------------------------------ one step
 
     def train_step(self) -> dict[str, Any]:
-        cfg = self.config
+        """One SkillOpt step, by name: take the step's edit budget, answer a batch with the
+        current skill, reflect on its failures (and successes), merge and rank the proposed
+        edits, apply the top ones within the budget, and let the gate decide on the candidate.
+        Everything the step saw and decided is written to its step directory."""
         step = self.step + 1
         budget = self.scheduler.step()
-        items = self.sampler.next_items(cfg.train.batch_size, self.step, self.total_steps)
-        rollouts = self.runner.run(self.current, items, "rollout")
-        self.sampler.observe(_groups(rollouts, {(i.env, i.key): i for i in items}))
-
-        rng = random.Random(derive_seed(cfg.seed, "minibatches", step))
-        batches = minibatches(rollouts, cfg.train.minibatch_size, cfg.train.failure_only, rng)
-        reflections = reflect(
-            self.optimizer, self.current, batches, self.buffer, self.scheduler.max_lr
-        )
-        pool = dedupe(reflections)
-        merged = (
-            llm_merge(self.optimizer, self.current, pool)
-            if cfg.train.merge == "llm"
-            else MergeResult(pool, "deterministic")
-        )
-        ranking = rank(
-            self.optimizer,
-            self.current,
-            merged.pool,
-            budget,
-            self.scheduler.is_autonomous,
-            cfg.train.rank == "llm",
-        )
-        for what, method, problems in (
-            ("merge", merged.method, merged.problems),
-            ("ranking", ranking.method, ranking.problems),
-        ):
-            if "failed" in method:
-                log.warning("step %d: %s fell back to %s: %s", step, what, method, problems)
+        rollouts = self._answer_batch()
+        batches, reflections = self._reflect(step, rollouts)
+        merged, ranking = self._merge_and_rank(step, reflections, budget)
         kept = [entry.edit for entry in ranking.kept]
-        candidate, report = self.current.apply_edits(kept)
-        if len(kept) > budget or report.applied > budget:
-            raise RuntimeError(
-                f"step {step} would apply {report.applied} of {len(kept)} kept edits over a "
-                f"budget of {budget}"
-            )
-
-        before_scores, before_rollouts = self.score(self.current, "gate")  # cached
-        decision: GateDecision | None = None
-        changed: list[dict[str, Any]] = []
-        if candidate == self.current:
-            outcome = "unchanged"
-            reason = "no edit was applied" if not report.applied else "the edits changed nothing"
-        else:
-            after_scores, after_rollouts = self.score(candidate, "gate")
-            decision = self.gate.decide(before_scores, after_scores)
-            changed = _changed_items(before_rollouts, after_rollouts)
-            reason = decision.reason
-            if decision.accepted:
-                outcome = "accepted"
-                self._adopt(candidate, after_scores, step, "step")
-            else:
-                outcome = "rejected"
-                self.buffer.add_rejected(
-                    step, kept, decision.metric_before, decision.metric_after, reason
-                )
+        candidate, report = self._apply(step, kept, budget)
+        verdict = self._gate(step, candidate, kept, report)
         self.buffer.add_patterns(step, reflections)
-
         batch = aggregate(rollouts)
         record = {
             "step": step,
@@ -351,41 +351,112 @@ class SkillTrainer:
             "kept": len(kept),
             "applied": report.applied,
             "skipped": report.skipped,
-            "outcome": outcome,
-            "reason": reason,
+            "outcome": verdict.outcome,
+            "reason": verdict.reason,
             "version": self.current_version,
-            "metric_before": self.gate.metric(before_scores),
-            "metric_after": None if decision is None else decision.metric_after,
+            "metric_before": self.gate.metric(verdict.before),
+            "metric_after": None if verdict.decision is None else verdict.decision.metric_after,
             "train_hard": batch.hard,
             "train_soft": batch.soft,
             "minibatches": len(batches),
             "merge": merged.method,
             "rank": ranking.method,
         }
-        gate_record = {
-            "outcome": outcome,
-            "reason": reason,
-            "split": cfg.gate.split,
-            "items": len(self.gate_items),
-            "decision": None if decision is None else decision.to_dict(),
-            "items_changed": changed,
+        files = {
+            "rollouts.json": [r.to_dict() for r in rollouts],
+            "proposed_edits.json": [r.to_dict() for r in reflections],
+            "merged_edits.json": merged.to_dict(),
+            "ranked_edits.json": {"budget": budget, **ranking.to_dict()},
+            "candidate_skill.md": candidate.text,
+            "apply_report.json": report.to_dict(),
+            "gate.json": verdict.to_dict(self.config.gate.split, len(self.gate_items)),
+            "step.json": record,
         }
-
-        def fill(tmp: Path) -> None:
-            atomic_write_json(tmp / "rollouts.json", [r.to_dict() for r in rollouts])
-            atomic_write_json(tmp / "proposed_edits.json", [r.to_dict() for r in reflections])
-            atomic_write_json(tmp / "merged_edits.json", merged.to_dict())
-            atomic_write_json(tmp / "ranked_edits.json", {"budget": budget, **ranking.to_dict()})
-            atomic_write_text(tmp / "candidate_skill.md", candidate.text)
-            atomic_write_json(tmp / "apply_report.json", report.to_dict())
-            atomic_write_json(tmp / "gate.json", gate_record)
-            atomic_write_json(tmp / "step.json", record)
-
-        atomic_write_dir(self.run.step_dir(step), fill)
+        atomic_write_dir(self.run.step_dir(step), lambda tmp: _write_files(tmp, files))
         self.history.append(record)
         self.step = step
-        self.save_state()
         return record
+
+    def _answer_batch(self) -> list[Rollout]:
+        """The step's training items answered with the current skill; the curriculum learns
+        from their scores."""
+        items = self.sampler.next_items(self.config.train.batch_size, self.step, self.total_steps)
+        rollouts = self.runner.run(self.current, items, "rollout")
+        self.sampler.observe(_groups(rollouts, {(i.env, i.key): i for i in items}))
+        return rollouts
+
+    def _reflect(
+        self, step: int, rollouts: list[Rollout]
+    ) -> tuple[list[list[Rollout]], list[Reflection]]:
+        """Minibatches of the answers (failures only, or failures and successes), and the
+        optimizer model's proposed edits for each, given the step buffer."""
+        train = self.config.train
+        rng = random.Random(derive_seed(self.config.seed, "minibatches", step))
+        batches = minibatches(rollouts, train.minibatch_size, train.failure_only, rng)
+        reflections = reflect(
+            self.optimizer, self.current, batches, self.buffer, self.scheduler.max_lr
+        )
+        return batches, reflections
+
+    def _merge_and_rank(
+        self, step: int, reflections: list[Reflection], budget: int
+    ) -> tuple[MergeResult, Ranking]:
+        """The proposals deduplicated (and merged by the optimizer model with `merge: llm`),
+        then ranked against the budget. A failed LLM merge or ranking falls back to the
+        deterministic one, with a warning."""
+        train = self.config.train
+        pool = dedupe(reflections)
+        merged = (
+            llm_merge(self.optimizer, self.current, pool)
+            if train.merge == "llm"
+            else MergeResult(pool, "deterministic")
+        )
+        ranking = rank(
+            self.optimizer,
+            self.current,
+            merged.pool,
+            budget,
+            self.scheduler.is_autonomous,
+            train.rank == "llm",
+        )
+        for what, method, problems in (
+            ("merge", merged.method, merged.problems),
+            ("ranking", ranking.method, ranking.problems),
+        ):
+            if "failed" in method:
+                log.warning("step %d: %s fell back to %s: %s", step, what, method, problems)
+        return merged, ranking
+
+    def _apply(self, step: int, kept: list[Edit], budget: int) -> tuple[SkillDocument, ApplyReport]:
+        """The candidate skill: the kept edits applied to the current one. Exceeding the budget
+        is a bug in honed, never a user error, so it stops the run."""
+        candidate, report = self.current.apply_edits(kept)
+        if len(kept) > budget or report.applied > budget:
+            raise RuntimeError(
+                f"step {step} would apply {report.applied} of {len(kept)} kept edits over a "
+                f"budget of {budget}"
+            )
+        return candidate, report
+
+    def _gate(
+        self, step: int, candidate: SkillDocument, kept: list[Edit], report: ApplyReport
+    ) -> _Verdict:
+        """Score the candidate on the selection items and accept it (it becomes the current
+        skill, and the best if it beats it) or reject it (its edits go to the step buffer)."""
+        before, before_rollouts = self.score(self.current, "gate")  # cached
+        if candidate == self.current:
+            reason = "no edit was applied" if not report.applied else "the edits changed nothing"
+            return _Verdict("unchanged", reason, before)
+        after, after_rollouts = self.score(candidate, "gate")
+        decision = self.gate.decide(before, after)
+        changed = _changed_items(before_rollouts, after_rollouts)
+        if decision.accepted:
+            self._adopt(candidate, after, step, "step")
+            return _Verdict("accepted", decision.reason, before, decision, changed)
+        self.buffer.add_rejected(
+            step, kept, decision.metric_before, decision.metric_after, decision.reason
+        )
+        return _Verdict("rejected", decision.reason, before, decision, changed)
 
     # ------------------------------------------------------------------ epochs
 
@@ -405,7 +476,6 @@ class SkillTrainer:
         self.buffer.clear()
         self.epochs_closed = epoch
         self.epoch_start_version = self.current_version
-        self.save_state()
 
     def consolidate(self, epoch: int) -> None:
         cfg = self.config.consolidation
@@ -448,23 +518,13 @@ class SkillTrainer:
         return self.step >= self.total_steps and self.run.read_summary().get("steps") == self.step
 
     def train(self, resume: bool = False) -> dict[str, Any]:
-        started = time.perf_counter()
         if not self.setup(resume):
             return self.run.read_summary()
         if self._epoch_ends_now():  # a resumed run that stopped right at an epoch's end
             self.close_epoch()
-        with self.reporter.task("skill steps", self.total_steps, start=self.step) as advance:
-            while self.step < self.total_steps:
-                record = self.train_step()
-                if self._epoch_ends_now():
-                    self.close_epoch()
-                advance(
-                    f"v{self.current_version:04d} {record['outcome']}  "
-                    f"selection {self.gate.metric(self.current_scores):.3f}"
-                )
-        summary = self.summary(time.perf_counter() - started)
-        self.run.write_summary(summary)
-        return summary
+            self.save()
+        self.life.steps(self, "skill steps", self.total_steps)
+        return self.life.close(self.summary(self.life.seconds))
 
     def evaluate(self, skill: SkillDocument) -> dict[str, float]:
         ev = self.config.eval

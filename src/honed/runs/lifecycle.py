@@ -1,0 +1,229 @@
+"""A run's lifecycle, the same for both training loops: open, resume, steps, interruption, close.
+
+GRPO (`honed.rl.trainer`) and the skill loop (`honed.skills.trainer`) differ in what a step
+does and what their state holds; everything around the steps is here, so that a behaviour
+fixed once is fixed for both:
+
+- **open**: create the run directory (refusing one whose entries link outside it), read the
+  state to resume from if asked, and say so when there is none;
+- **resume**: compare the run's config with the one in force (`resume_changes`), refuse a
+  change that cannot apply (`refuse`, exit code 2) before anything is written, print each
+  change in one line, refuse a state written in a format this honed does not know
+  (`check_format`), and drop log lines from steps after the state's (all of them when a run
+  starts afresh in a directory that held an unfinished one);
+- **steps**: a progress bar, each step's metrics to every sink (`metrics.jsonl` always), a
+  checkpoint when the loop says one is due; Ctrl-C saves the state of the last finished step
+  and raises `RunInterrupted`, which the command line turns into exit code 130;
+- **close**: close the sinks and write `summary.json` atomically.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NamedTuple, NoReturn, Protocol, TypeVar
+
+from honed.config import config_changes, format_change
+from honed.errors import HonedError
+from honed.runs.progress import Reporter
+from honed.runs.rundir import RunDir
+from honed.runs.sinks import Sinks
+
+# Where the run is written is not a training setting (and `--run-dir` overrides it).
+IGNORED_ON_RESUME = ("run_dir",)
+
+State = TypeVar("State")
+
+
+class RunInterrupted(Exception):
+    """Ctrl-C during a run's steps. `step` is the last step finished; `path` the latest saved
+    state (`--resume` continues from it; None when nothing was saved yet); `finished` is False
+    when a second Ctrl-C cut a step short, so the latest saved state may be older than `step`."""
+
+    def __init__(self, step: int, path: Path | None, finished: bool = True) -> None:
+        super().__init__(f"interrupted after step {step}")
+        self.step, self.path, self.finished = step, path, finished
+
+
+class Change(NamedTuple):
+    """One setting that differs between the run's config and the config in force (a tuple,
+    so `key, before, after = change` reads it as `honed.config.config_changes` gives it)."""
+
+    key: str
+    before: Any
+    after: Any
+
+    def __str__(self) -> str:
+        return format_change(self.key, self.before, self.after)
+
+
+def resume_changes(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> list[Change]:
+    """The settings that differ between the run's resolved config (None: unknown, nothing is
+    reported) and the one in force, both as `model_dump(mode="json")`."""
+    if not isinstance(before, Mapping):
+        return []
+    return [Change(*c) for c in config_changes(before, after) if c[0] not in IGNORED_ON_RESUME]
+
+
+def refuse(cause: Change | str, reason: str) -> NoReturn:
+    """Stop a resume (exit code 2) over a change that cannot apply to the run in progress."""
+    what = (
+        f"{cause.key} cannot change when resuming ({cause})"
+        if isinstance(cause, Change)
+        else f"{cause} cannot change when resuming"
+    )
+    raise HonedError(
+        f"{what}: {reason}; start a new run (--overwrite or another --run-dir) instead"
+    )
+
+
+def changes_environments(key: str) -> bool:
+    """Whether the changed setting `key` adds, removes or replaces an environment: a run's
+    sampler state and statistics belong to the environments it started with."""
+    return key == "envs" or (key.startswith("envs.") and key.endswith((".name", ".type")))
+
+
+def check_format(state: Mapping[str, Any], where: Path, current: int) -> None:
+    """Refuse a state written in a format this honed does not read. A state without a format
+    predates the field and is format 1, which every honed reads."""
+    found = state.get("format", 1)
+    if found != current:
+        raise HonedError(
+            f"{where} has state format {found!r}, this honed reads format {current}; resume it "
+            "with the honed that wrote it, or start a new run"
+        )
+
+
+class Loop(Protocol):
+    """What a training loop gives the lifecycle."""
+
+    step: int
+
+    def done(self) -> bool:
+        """Whether the loop has no step left to run."""
+
+    def train_step(self) -> dict[str, Any]:
+        """Run one step and return its record (numbers go to the metric sinks)."""
+
+    def after_step(self, record: dict[str, Any]) -> None:
+        """What follows a step before it is logged (an evaluation, an epoch's end)."""
+
+    def checkpoint_due(self) -> bool:
+        """Whether the state is saved after this step."""
+
+    def save(self) -> Path:
+        """Save the state `--resume` continues from, atomically; return where."""
+
+    def saved(self) -> Path | None:
+        """Where the latest saved state is, if any."""
+
+    def describe(self, record: dict[str, Any]) -> str:
+        """The progress bar's text after a step."""
+
+
+class RunLifecycle:
+    """One run directory through open → (resume) → steps → close, for either loop."""
+
+    def __init__(self, run: RunDir, reporter: Reporter) -> None:
+        self.run = run
+        self.reporter = reporter
+        self.started = time.perf_counter()
+        self.sinks: Sinks | None = None
+
+    @property
+    def seconds(self) -> float:
+        """Seconds since the run was opened in this process."""
+        return time.perf_counter() - self.started
+
+    def open(self, resume: bool, read_state: Callable[[], State | None]) -> State | None:
+        """Create the run directory and return the state to resume from, if asked for and
+        there is one."""
+        self.run.create()
+        state = read_state() if resume else None
+        if resume and state is None:
+            self.reporter.note(f"nothing to resume in {self.run.path}: starting a new run")
+        return state
+
+    def resumed(self, where: Path, step: int, changes: list[str]) -> None:
+        """Say where the run resumes from and what the config in force changes, a line each."""
+        self.reporter.note(f"resumed from {where} (step {step})")
+        for line in changes:
+            self.reporter.note(line)
+
+    def start(self, config_text: str, sinks: Sinks, resumed_step: int | None) -> None:
+        """Write the resolved config, keep the logs of the steps being resumed from (none for a
+        new run) and open the metric sinks: the run is under way."""
+        self.run.write_config(config_text)
+        self.run.truncate_logs(resumed_step or 0, keep_start=resumed_step is not None)
+        self.sinks = sinks
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        assert self.sinks is not None, "start() opens the sinks"
+        self.sinks.log(step, dict(metrics))
+
+    def steps(self, loop: Loop, label: str, total: int) -> None:
+        """Run the loop's steps under a progress bar, logging and checkpointing each.
+
+        A first Ctrl-C lets the step under way finish, saves its state and raises
+        `RunInterrupted`: a step cut in the middle would leave the sampler, the optimizer or
+        the edit budget advanced past what was saved. A second Ctrl-C stops at once, saving
+        nothing; the run then resumes from its last saved state.
+        """
+        with _deferred_interrupt(self.reporter) as stop:
+            try:
+                with self.reporter.task(label, total, start=loop.step) as advance:
+                    while not loop.done() and not stop.requested:
+                        record = loop.train_step()
+                        loop.after_step(record)
+                        self.log(loop.step, record)
+                        if loop.checkpoint_due() or stop.requested:
+                            loop.save()
+                        advance(loop.describe(record))
+            except KeyboardInterrupt:
+                self.close_sinks()
+                raise RunInterrupted(loop.step, loop.saved(), finished=False) from None
+        if stop.requested:
+            self.close_sinks()
+            raise RunInterrupted(loop.step, loop.saved())
+
+    def close_sinks(self) -> None:
+        if self.sinks is not None:
+            self.sinks.close()
+            self.sinks = None
+
+    def close(self, summary: dict[str, Any]) -> dict[str, Any]:
+        """Close the sinks and write `summary.json` atomically."""
+        self.close_sinks()
+        self.run.write_summary(summary)
+        return summary
+
+
+class _Stop:
+    requested = False
+
+
+@contextmanager
+def _deferred_interrupt(reporter: Reporter) -> Iterator[_Stop]:
+    """Turn the first SIGINT into a request to stop after the current step; the second one
+    raises `KeyboardInterrupt` as usual. Outside the main thread, where Python delivers no
+    signals, nothing changes."""
+    stop = _Stop()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        if stop.requested:
+            raise KeyboardInterrupt
+        stop.requested = True
+        reporter.note("interrupt: saving after this step (Ctrl-C again to stop now, unsaved)")
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
