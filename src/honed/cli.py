@@ -6,12 +6,13 @@ import argparse
 import shutil
 import sys
 import traceback
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from honed import __version__
 from honed.config import Config, load_config
-from honed.errors import HonedError
+from honed.errors import HonedDeprecationWarning, HonedError
 from honed.runs.files import atomic_write_dir, atomic_write_json
 from honed.runs.lifecycle import RunInterrupted
 from honed.runs.progress import Reporter
@@ -471,9 +472,21 @@ COMMANDS = {
 }
 
 
+def _show_deprecation(message, category, filename, lineno, file=None, line=None) -> None:
+    """honed's own deprecations in one line; every other warning as Python shows it."""
+    if issubclass(category, HonedDeprecationWarning):
+        print(f"honed: deprecated: {message}", file=sys.stderr)
+    else:
+        _python_showwarning(message, category, filename, lineno, file, line)
+
+
+_python_showwarning = warnings.showwarning
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    warnings.showwarning = _show_deprecation
     try:
         return COMMANDS[args.command](args)
     except HonedError as err:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -26,7 +27,7 @@ from pydantic import (
     model_validator,
 )
 
-from honed.errors import HonedError, did_you_mean
+from honed.errors import HonedDeprecationWarning, HonedError, did_you_mean
 from honed.types import Split
 
 
@@ -456,6 +457,32 @@ def _explain(err: ValidationError, source: str, model: type[BaseModel] = Config)
     if not loc:
         return HonedError(f"{source}: {message}")
     return HonedError(f"{source}: invalid value for '{key}': {message}")
+
+
+def renamed_keys(data: Any, renames: Mapping[str, str], where: str = "", warn: bool = True) -> Any:
+    """`data` with each deprecated key of `renames` (old -> new) moved to its new name, and one
+    `HonedDeprecationWarning` per old key found (none with `warn=False`, for a run's own saved
+    config). Giving both names is an error: which value was meant is not known. For a pydantic
+    `model_validator(mode="before")`; anything but a mapping passes through unchanged."""
+    if not isinstance(data, Mapping):
+        return data
+    out = dict(data)
+    for old, new in renames.items():
+        if old not in out:
+            continue
+        if new in out:
+            raise ValueError(
+                f"'{where}{old}' is the old name of '{where}{new}' and both are given; keep "
+                f"'{where}{new}'"
+            )
+        if warn:
+            warnings.warn(
+                f"config key '{where}{old}' is deprecated: use '{where}{new}' (same meaning)",
+                HonedDeprecationWarning,
+                stacklevel=2,
+            )
+        out = {(new if key == old else key): value for key, value in out.items()}
+    return out
 
 
 def load_model(

@@ -15,6 +15,14 @@ class HonedError(Exception):
     """A problem with the user's input, data, or servers, described for a person."""
 
 
+class HonedDeprecationWarning(FutureWarning):
+    """A config key, argument or name that still works under its old name and will not forever.
+
+    A `FutureWarning`, so Python shows it by default (unlike `DeprecationWarning`, which it
+    hides outside `__main__`); the command line prints it as one line, `honed: deprecated: ...`.
+    """
+
+
 def closest(name: str, options: Iterable[str]) -> str | None:
     """The option most similar to `name`, for 'did you mean' hints."""
     matches = difflib.get_close_matches(name, list(options), n=1, cutoff=0.5)
