@@ -119,7 +119,7 @@ def measure(shape: str, args: argparse.Namespace, work: Path) -> dict:
         groups = [rolled.group for rolled in seen["groups"]]
         segments = [t.segments[0] for g in groups for t in g.trajectories]
         steps = max(len(seg.completion_ids) for seg in segments)
-        sequences = prepare(groups, trainer.cfg).sequences
+        sequences = prepare(groups, trainer.config.trainer).sequences
         batch = make_batch(
             [q.prompt_ids for q in sequences],
             [q.completion_ids for q in sequences],

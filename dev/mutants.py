@@ -185,8 +185,8 @@ MUTANTS = [
     Mutant(
         "zero-spread groups not filtered",
         "rl/update.py",
-        "        if is_zero and cfg.filter_zero_std:\n            continue",
-        "        if is_zero and cfg.filter_zero_std:\n            pass",
+        "        if is_zero and settings.filter_zero_std:\n            continue",
+        "        if is_zero and settings.filter_zero_std:\n            pass",
     ),
     Mutant(
         "truncated completions not masked",
@@ -209,7 +209,7 @@ MUTANTS = [
     Mutant(
         "no gradient clipping",
         "rl/update.py",
-        "max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm else math.inf",
+        "max_norm = self.settings.max_grad_norm if self.settings.max_grad_norm else math.inf",
         "max_norm = math.inf",
     ),
     Mutant(
@@ -235,8 +235,8 @@ MUTANTS = [
     Mutant(
         "epsilon_low and epsilon_high swapped",
         "rl/update.py",
-        "epsilon_low=cfg.epsilon,\n            epsilon_high=cfg.clip_high,",
-        "epsilon_low=cfg.clip_high,\n            epsilon_high=cfg.epsilon,",
+        "epsilon_low=settings.epsilon,\n            epsilon_high=settings.clip_high,",
+        "epsilon_low=settings.clip_high,\n            epsilon_high=settings.epsilon,",
     ),
     Mutant(
         "KL sign in the loss",

@@ -200,7 +200,7 @@ def test_kl_in_reward_trains_towards_the_reference_when_the_task_reward_is_flat(
     update = _update(policy, ref, kl_in_reward=True)
     penalties = update.reward_penalties(groups)
     # every group's task reward is flat: only the penalties spread it, so nothing is filtered
-    prepared = prepare(groups, update.cfg, penalties=penalties)
+    prepared = prepare(groups, update.settings, penalties=penalties)
     assert prepared.metrics["groups/filtered"] == 0
     seqs = prepared.sequences
     before = _exact_kl(policy.model, ref, seqs, policy.pad_id)
@@ -209,4 +209,4 @@ def test_kl_in_reward_trains_towards_the_reference_when_the_task_reward_is_flat(
     assert stats["kl"] == 0.0  # no KL term in the loss in this mode
     assert after[0] < before[0]
     # and without the penalties the same groups have nothing to learn
-    assert prepare(groups, update.cfg).metrics["groups/filtered"] == len(groups)
+    assert prepare(groups, update.settings).metrics["groups/filtered"] == len(groups)

@@ -209,7 +209,7 @@ def test_a_resumed_run_uses_the_new_schedule_from_the_next_step(tmp_path, first,
     assert _lrs(resumed.run)[4:] == _lrs(fresh.run)[4:]
     assert _lrs(resumed.run)[4] > 0  # a 4-step linear schedule would have reached 0 here
     # and what the fresh run logs is its schedule: step k trains at peak · λ(k − 1)
-    cfg = fresh.cfg
+    cfg = fresh.config.trainer
     shape = WarmupDecay(cfg.lr_scheduler_type, cfg.warmup_steps, cfg.max_steps)
     assert _lrs(fresh.run) == pytest.approx([cfg.learning_rate * shape(k) for k in range(8)])
 

@@ -62,8 +62,8 @@ def build_backend(
     config: Config, envs: Mapping[str, Environment], policy: Policy, run_dir: Path
 ) -> RolloutBackend:
     """The configured backend; the caller sends it the current weights before the first step."""
-    dist, cfg = config.distributed, config.trainer
-    params = SamplingParams(cfg.temperature, cfg.top_p, cfg.max_completion_length)
+    dist, settings = config.distributed, config.trainer
+    params = SamplingParams(settings.temperature, settings.top_p, settings.max_completion_length)
     if dist.server is None:
         weight_sync = None
         generator = PolicySampler(policy, params)
@@ -79,4 +79,4 @@ def build_backend(
         from honed.distributed.ray_backend import RayBackend
 
         return RayBackend(config, weight_sync)
-    return LocalBackend(envs, cfg, generator, weight_sync)
+    return LocalBackend(envs, settings, generator, weight_sync)

@@ -47,12 +47,12 @@ class LocalBackend:
     def __init__(
         self,
         envs: Mapping[str, Environment],
-        cfg: TrainerConfig,
+        settings: TrainerConfig,
         generator: Generator,
         weight_sync: WeightSync | None = None,
     ) -> None:
         self.envs = envs
-        self.cfg = cfg
+        self.settings = settings
         self.generator = generator
         self.weight_sync = weight_sync
         self.exact = weight_sync is None
@@ -69,7 +69,7 @@ class LocalBackend:
         self.version = version
 
     def _run(self, request: RolloutRequest) -> list:
-        return roll_out(self.envs, self.generator, request.items, request.seed, self.cfg)
+        return roll_out(self.envs, self.generator, request.items, request.seed, self.settings)
 
     def submit(self, request: RolloutRequest) -> None:
         if self._pool is None:

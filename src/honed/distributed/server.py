@@ -33,20 +33,20 @@ from honed.types import Sample
 TOKEN_PREFIX = "token_id:"
 
 
-def server_clients(cfg: ServerConfig) -> list[ChatClient]:
+def server_clients(server_config: ServerConfig) -> list[ChatClient]:
     """One HTTP client per server (retries, concurrency limit and credentials of its own)."""
     return [
         ChatClient(
             ChatModelConfig(
                 base_url=url,
-                model=cfg.model,
-                api_key_env=cfg.api_key_env,
-                timeout_s=cfg.timeout_s,
-                max_retries=cfg.max_retries,
-                concurrency=cfg.concurrency,
+                model=server_config.model,
+                api_key_env=server_config.api_key_env,
+                timeout_s=server_config.timeout_s,
+                max_retries=server_config.max_retries,
+                concurrency=server_config.concurrency,
             )
         )
-        for url in cfg.base_url
+        for url in server_config.base_url
     ]
 
 
@@ -86,15 +86,15 @@ class CompletionsGenerator:
 
     def __init__(
         self,
-        cfg: ServerConfig,
+        server_config: ServerConfig,
         tokenizer: Policy,
         params: SamplingParams,
         clients: list[ChatClient] | None = None,
     ) -> None:
-        self.cfg = cfg
+        self.server_config = server_config
         self.policy = tokenizer
         self.params = params
-        self.clients = clients or server_clients(cfg)
+        self.clients = clients or server_clients(server_config)
         self.stage = "rollout"
 
     def close(self) -> None:
@@ -110,7 +110,7 @@ class CompletionsGenerator:
         ids = [self.policy.encode(p) if isinstance(p, str) else list(p) for p in prompts]
         if not ids:
             return []
-        workers = min(len(ids), self.cfg.concurrency * len(self.clients))
+        workers = min(len(ids), self.server_config.concurrency * len(self.clients))
         with ThreadPoolExecutor(max_workers=workers) as pool:
             rows = [pool.submit(self._sample, i, ids[i], int(seeds[i])) for i in range(len(ids))]
             return [r.result() for r in rows]
@@ -119,7 +119,7 @@ class CompletionsGenerator:
         client = self.clients[row % len(self.clients)]
         url = f"{client.config.base_url}/completions"
         body = {
-            "model": self.cfg.model,
+            "model": self.server_config.model,
             "prompt": prompt_ids,
             "max_tokens": self.params.max_tokens,
             "temperature": self.params.temperature,

@@ -31,10 +31,10 @@ def check_finite(env: str, group: Group) -> None:
             )
 
 
-def reward_stats(group: Group, cfg: TrainerConfig) -> WelfordAccumulator:
+def reward_stats(group: Group, settings: TrainerConfig) -> WelfordAccumulator:
     """The group's shard of reward statistics: its unit rewards, as the trainer normalises them."""
     stats = WelfordAccumulator()
-    stats.update_batch(unit_rewards(group, cfg))
+    stats.update_batch(unit_rewards(group, settings))
     return stats
 
 
@@ -43,7 +43,7 @@ def roll_out(
     generator: Generator,
     items: Sequence[Item],
     seed: int,
-    cfg: TrainerConfig,
+    settings: TrainerConfig,
 ) -> list[tuple[Group, WelfordAccumulator]]:
     """One group (with its reward statistics) per item, in the order of `items`.
 
@@ -55,7 +55,9 @@ def roll_out(
         slots.setdefault(item.env, []).append(i)
     out: dict[int, tuple[Group, WelfordAccumulator]] = {}
     for name, where in slots.items():
-        groups = envs[name].rollout([items[i] for i in where], generator, cfg.num_generations, seed)
+        groups = envs[name].rollout(
+            [items[i] for i in where], generator, settings.num_generations, seed
+        )
         if len(groups) != len(where):
             raise HonedError(
                 f"environment '{name}' returned {len(groups)} groups for {len(where)} items"
@@ -63,7 +65,7 @@ def roll_out(
         for i, group in zip(where, groups, strict=True):
             group.env = name
             check_finite(name, group)
-            out[i] = (group, reward_stats(group, cfg))
+            out[i] = (group, reward_stats(group, settings))
     return [out[i] for i in range(len(items))]
 
 

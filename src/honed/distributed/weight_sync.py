@@ -63,8 +63,10 @@ class ReloadFromDisk:
     The two newest directories are kept (a server may still be reading the previous one).
     """
 
-    def __init__(self, cfg: ServerConfig, weights_dir: Path, clients: list[ChatClient]) -> None:
-        self.cfg = cfg
+    def __init__(
+        self, server_config: ServerConfig, weights_dir: Path, clients: list[ChatClient]
+    ) -> None:
+        self.server_config = server_config
         self.dir = Path(weights_dir).resolve()
         self.clients = clients
 
@@ -73,7 +75,7 @@ class ReloadFromDisk:
         if not path.is_dir():
             atomic_write_dir(path, policy.save)
         for client in self.clients:
-            url = endpoint_url(client.config.base_url, self.cfg.reload_endpoint)
+            url = endpoint_url(client.config.base_url, self.server_config.reload_endpoint)
             reply = client.post(url, {"model_path": str(path)}, stage="weight_sync")
             try:
                 body = reply.json()
@@ -89,18 +91,26 @@ class ReloadFromDisk:
         return version
 
 
-def build_weight_sync(cfg: ServerConfig, run_dir: Path, clients: list[ChatClient]) -> WeightSync:
-    weights_dir = Path(cfg.weights_dir) if cfg.weights_dir else Path(run_dir) / "server_weights"
-    if cfg.weight_sync == "reload":
-        return ReloadFromDisk(cfg, weights_dir, clients)
-    if cfg.weight_sync == "none":
+def build_weight_sync(
+    server_config: ServerConfig, run_dir: Path, clients: list[ChatClient]
+) -> WeightSync:
+    weights_dir = (
+        Path(server_config.weights_dir)
+        if server_config.weights_dir
+        else Path(run_dir) / "server_weights"
+    )
+    if server_config.weight_sync == "reload":
+        return ReloadFromDisk(server_config, weights_dir, clients)
+    if server_config.weight_sync == "none":
         return NoWeightSync()
-    if ":" not in cfg.weight_sync:
+    if ":" not in server_config.weight_sync:
         raise HonedError(
-            f"distributed.server.weight_sync: '{cfg.weight_sync}' is not reload, none or "
+            f"distributed.server.weight_sync: '{server_config.weight_sync}' is not reload, none or "
             "module:Class"
         )
-    hook = load_object(cfg.weight_sync, "weight-sync hook")(cfg, weights_dir)
+    hook = load_object(server_config.weight_sync, "weight-sync hook")(server_config, weights_dir)
     if not isinstance(hook, WeightSync):
-        raise HonedError(f"weight-sync hook '{cfg.weight_sync}' has no push(policy, version)")
+        raise HonedError(
+            f"weight-sync hook '{server_config.weight_sync}' has no push(policy, version)"
+        )
     return hook

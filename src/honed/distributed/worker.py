@@ -59,11 +59,11 @@ class RolloutWorker:
         threads = config.torch_threads or max(1, int(config.distributed.cpus_per_worker))
         torch.set_num_threads(threads)
         self.index = index
-        self.cfg = config.trainer
+        self.settings = config.trainer
         self.envs = build_envs(config.envs, config.seed)
         self.policy = Policy.from_config(config.policy, config.seed)
         params = SamplingParams(
-            self.cfg.temperature, self.cfg.top_p, self.cfg.max_completion_length
+            self.settings.temperature, self.settings.top_p, self.settings.max_completion_length
         )
         server = config.distributed.server
         self.generator = (
@@ -82,7 +82,7 @@ class RolloutWorker:
         return version
 
     def rollout(self, task: ShardTask) -> ShardResult:
-        pairs = roll_out(self.envs, self.generator, task.items, task.seed, self.cfg)
+        pairs = roll_out(self.envs, self.generator, task.items, task.seed, self.settings)
         return ShardResult(task.request_id, task.shard, task.slots, pairs, self.version)
 
     def pid(self) -> int:

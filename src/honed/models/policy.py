@@ -70,16 +70,18 @@ class Policy:
     # ------------------------------------------------------------------ construction and I/O
 
     @classmethod
-    def from_config(cls, cfg: PolicyConfig, seed: int) -> Policy:
-        if cfg.model == "tiny":
+    def from_config(cls, policy_config: PolicyConfig, seed: int) -> Policy:
+        if policy_config.model == "tiny":
             tokenizer = build_char_tokenizer()
-            model = build_tiny_model(cfg.tiny, tokenizer, seed).to(DTYPES[cfg.dtype])
-            return cls(model, tokenizer, chat_template=cfg.chat_template)
+            model = build_tiny_model(policy_config.tiny, tokenizer, seed).to(
+                DTYPES[policy_config.dtype]
+            )
+            return cls(model, tokenizer, chat_template=policy_config.chat_template)
         return cls.load(
-            resolve_model(cfg.model, cfg.gguf_file),
-            dtype=cfg.dtype,
-            chat_template=cfg.chat_template,
-            attn_implementation=cfg.attn_implementation,
+            resolve_model(policy_config.model, policy_config.gguf_file),
+            dtype=policy_config.dtype,
+            chat_template=policy_config.chat_template,
+            attn_implementation=policy_config.attn_implementation,
         )
 
     @classmethod

@@ -38,17 +38,17 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def build_tiny_model(
-    cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerFast, seed: int
+    shape: TinyModelConfig, tokenizer: PreTrainedTokenizerFast, seed: int
 ) -> LlamaForCausalLM:
     """A randomly initialised Llama whose weights depend only on `seed` and the shape."""
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_hidden_layers,
-        num_attention_heads=cfg.num_attention_heads,
-        num_key_value_heads=cfg.num_attention_heads,
-        max_position_embeddings=cfg.max_position_embeddings,
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.num_hidden_layers,
+        num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=shape.num_attention_heads,
+        max_position_embeddings=shape.max_position_embeddings,
         rms_norm_eps=1e-5,
         tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id,

@@ -44,18 +44,18 @@ def overlong_penalty(length: int, max_length: int, buffer: int, factor: float) -
     return -factor * min(1.0, (length - (max_length - buffer)) / buffer)
 
 
-def unit_rewards(group: Group, cfg: TrainerConfig) -> list[float]:
+def unit_rewards(group: Group, settings: TrainerConfig) -> list[float]:
     """Each unit's reward, with the soft overlong penalty of its segments when enabled."""
     units = group_units(group)
     rewards = list(units.rewards)
-    if cfg.overlong_buffer:
+    if settings.overlong_buffer:
         for u, members in enumerate(units.members):
             for ti, si in members:
                 seg = group.trajectories[ti].segments[si]
                 rewards[u] += overlong_penalty(
                     len(seg.completion_ids),
-                    cfg.max_completion_length,
-                    cfg.overlong_buffer,
-                    cfg.overlong_penalty,
+                    settings.max_completion_length,
+                    settings.overlong_buffer,
+                    settings.overlong_penalty,
                 )
     return rewards

@@ -74,31 +74,31 @@ def _batch(
 def run_sft(
     policy: Policy,
     envs: Mapping[str, Environment],
-    cfg: SFTConfig,
+    sft: SFTConfig,
     seed: int,
     on_step: Callable[[int, float], None] | None = None,
 ) -> dict[str, float]:
-    """Train on reference solutions for `cfg.steps` steps; returns the loss at start and end."""
+    """Train on reference solutions for `sft.steps` steps; returns the loss at start and end."""
     pool = sft_pool(policy, envs)
     rng = random.Random(seed)
-    optimizer = build_optimizer(policy.model.parameters(), cfg.learning_rate, cfg.weight_decay)
-    scheduler = build_lr_scheduler(optimizer, cfg.lr_scheduler_type, cfg.warmup_steps, cfg.steps)
+    optimizer = build_optimizer(policy.model.parameters(), sft.learning_rate, sft.weight_decay)
+    scheduler = build_lr_scheduler(optimizer, sft.lr_scheduler_type, sft.warmup_steps, sft.steps)
     policy.model.train()
     order: list[int] = []
     losses = []
-    for step in range(1, cfg.steps + 1):
-        if len(order) < cfg.batch_size:
+    for step in range(1, sft.steps + 1):
+        if len(order) < sft.batch_size:
             fresh = list(range(len(pool)))
             rng.shuffle(fresh)
             order += fresh
-        idx, order = order[: cfg.batch_size], order[cfg.batch_size :]
-        batch, weights = _batch([pool[i] for i in idx], policy.pad_id, cfg.prompt_loss_weight)
+        idx, order = order[: sft.batch_size], order[sft.batch_size :]
+        batch, weights = _batch([pool[i] for i in idx], policy.pad_id, sft.prompt_loss_weight)
         logp = score(policy.model, batch).logprobs
         loss = -(logp * weights).sum() / weights.sum()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if cfg.max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(policy.model.parameters(), cfg.max_grad_norm)
+        if sft.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(policy.model.parameters(), sft.max_grad_norm)
         optimizer.step()
         scheduler.step()
         value = loss.item()
@@ -111,6 +111,6 @@ def run_sft(
     return {
         "sft/loss_first": losses[0],
         "sft/loss_last": sum(tail) / len(tail),
-        "sft/steps": float(cfg.steps),
+        "sft/steps": float(sft.steps),
         "sft/examples": float(len(pool)),
     }

@@ -79,7 +79,6 @@ def build_envs(config: Config) -> dict[str, Environment]:
 class GRPOTrainer:
     def __init__(self, config: Config, run: RunDir, reporter: Reporter | None = None) -> None:
         self.config = config
-        self.cfg = config.trainer
         self.run = run
         self.reporter = reporter or Reporter(enabled=False)
         if config.torch_threads:
@@ -112,8 +111,8 @@ class GRPOTrainer:
             split=split or ev.split,
             num_items=ev.num_items,
             temperature=ev.temperature,
-            max_tokens=self.cfg.max_completion_length,
-            top_p=self.cfg.top_p,
+            max_tokens=self.config.trainer.max_completion_length,
+            top_p=self.config.trainer.top_p,
             seed=derive_seed(self.config.seed, "eval"),
             few_shot=few_shot,
         )
@@ -143,7 +142,7 @@ class GRPOTrainer:
 
     def _reference(self) -> torch.nn.Module | None:
         """A frozen copy of the policy GRPO started from; none at all when beta is 0."""
-        if self.cfg.beta == 0:
+        if self.config.trainer.beta == 0:
             return None
         if self.config.sft.steps and (self.run.warmstart / "config.json").is_file():
             ref = self._load(self.run.warmstart).model
@@ -170,9 +169,13 @@ class GRPOTrainer:
             self.policy = self._load(path)
         else:
             self.policy = self.warm_start()
-        if self.cfg.disable_dropout:
+        if self.config.trainer.disable_dropout:
             disable_dropout(self.policy.model)
-        if self.cfg.beta > 0 and not self.cfg.kl_in_reward and self.cfg.kl_estimator == "k1":
+        if (
+            self.config.trainer.beta > 0
+            and not self.config.trainer.kl_in_reward
+            and self.config.trainer.kl_estimator == "k1"
+        ):
             self.reporter.note(
                 "trainer.kl_estimator: k1 in the loss has zero expected gradient: it adds noise, "
                 "not regularisation; use k2 (gradient of KL(pi || ref)), k3 (of KL(ref || pi)) "
@@ -180,24 +183,24 @@ class GRPOTrainer:
             )
         self.optimizer = build_optimizer(
             self.policy.model.parameters(),
-            self.cfg.learning_rate,
-            self.cfg.weight_decay,
-            (self.cfg.adam_beta1, self.cfg.adam_beta2),
+            self.config.trainer.learning_rate,
+            self.config.trainer.weight_decay,
+            (self.config.trainer.adam_beta1, self.config.trainer.adam_beta2),
         )
         if state is not None:
             self._restore(state, path)
         self.scheduler = build_lr_scheduler(
             self.optimizer,
-            self.cfg.lr_scheduler_type,
-            self.cfg.warmup_steps,
-            self.cfg.max_steps,
+            self.config.trainer.lr_scheduler_type,
+            self.config.trainer.warmup_steps,
+            self.config.trainer.max_steps,
             start_step=self.step,
         )
         self.update = PolicyUpdate(
             self.policy,
             self.optimizer,
             self.scheduler,
-            self.cfg,
+            self.config.trainer,
             self._reference(),
             self.config.distributed.importance_sampling_cap,
         )
@@ -219,9 +222,9 @@ class GRPOTrainer:
         self.optimizer.load_state_dict(state["optimizer"])
         apply_optimizer_settings(
             self.optimizer,
-            self.cfg.learning_rate,
-            self.cfg.weight_decay,
-            (self.cfg.adam_beta1, self.cfg.adam_beta2),
+            self.config.trainer.learning_rate,
+            self.config.trainer.weight_decay,
+            (self.config.trainer.adam_beta1, self.config.trainer.adam_beta2),
         )
         # The sampler and normalisers report the settings they changed; a checkpoint that
         # holds its config has reported them already (`resume_changes`), once per key.
@@ -304,7 +307,7 @@ class GRPOTrainer:
 
     def draw(self, step: int, round_index: int, count: int) -> RolloutRequest:
         """A request for `count` items of `step`, drawn from the sampler now."""
-        items = self.sampler.next_items(count, step, self.cfg.max_steps)
+        items = self.sampler.next_items(count, step, self.config.trainer.max_steps)
         seed = derive_seed(self.config.seed, "rollout", step, round_index)
         return self.pipeline.request(step, round_index, items, seed)
 
@@ -313,7 +316,9 @@ class GRPOTrainer:
         its environment's reward statistics (merged in item order, so the normaliser's state is
         the same however the groups were spread over workers)."""
         if round_index == 0:
-            rolled = self.pipeline.first_round(self.step, self.cfg.max_steps, count, self.draw)
+            rolled = self.pipeline.first_round(
+                self.step, self.config.trainer.max_steps, count, self.draw
+            )
         else:
             rolled = self.pipeline.now(self.draw(self.step, round_index, count))
         self.sampler.observe([r.group for r in rolled])
@@ -323,7 +328,7 @@ class GRPOTrainer:
 
     def budget_spent(self) -> bool:
         """Whether `trainer.max_rollouts` completions have been generated (never, without one)."""
-        limit = self.cfg.max_rollouts
+        limit = self.config.trainer.max_rollouts
         return limit is not None and self.rollouts_generated >= limit
 
     def collect(self) -> tuple[list[RolledGroup], list[Penalties | None], dict[str, float]]:
@@ -335,14 +340,14 @@ class GRPOTrainer:
         whole pool is judged again after each round, so the groups chosen are judged by the
         very map `prepare` then applies.
         """
-        want = self.cfg.prompts_per_step
+        want = self.config.trainer.prompts_per_step
         pool = self.rollout(0, want)
         penalties = self._penalties(pool)
         rounds = 1
         chosen = pool
-        if self.cfg.dynamic_sampling:
+        if self.config.trainer.dynamic_sampling:
             useful = self._with_spread(pool, penalties)
-            while len(useful) < want and rounds < self.cfg.max_sampling_rounds:
+            while len(useful) < want and rounds < self.config.trainer.max_sampling_rounds:
                 more = self.rollout(rounds, want - len(useful))
                 rounds += 1
                 penalties += self._penalties(more)
@@ -361,35 +366,37 @@ class GRPOTrainer:
 
     def _penalties(self, rolled: list[RolledGroup]) -> list[Penalties | None]:
         """The KL reward penalties of each group (`kl_in_reward`), else none."""
-        if not self.cfg.kl_in_reward:
+        if not self.config.trainer.kl_in_reward:
             return [None] * len(rolled)
         return self.update.reward_penalties([r.group for r in rolled])
 
     def _with_spread(self, pool: list[RolledGroup], penalties: list[Penalties | None]) -> list[int]:
         """Indices of the groups of `pool` whose signal has spread."""
         groups = [r.group for r in pool]
-        spread = zero_spread(groups, self.cfg, self.normalize, penalties)
+        spread = zero_spread(groups, self.config.trainer, self.normalize, penalties)
         return [i for i, zero in enumerate(spread) if not zero]
 
     def train_step(self) -> dict[str, float]:
         started = time.perf_counter()
         rolled, penalties, metrics = self.collect()
-        self.rollouts_generated += int(metrics["sampling/groups_drawn"]) * self.cfg.num_generations
+        self.rollouts_generated += (
+            int(metrics["sampling/groups_drawn"]) * self.config.trainer.num_generations
+        )
         metrics["sampling/rollouts_total"] = float(self.rollouts_generated)
         rollout_time = time.perf_counter() - started
         groups = [r.group for r in rolled]
         # tokens from older weights, or from another engine, are importance-weighted
         staleness = [self.step - r.version for r in rolled]
         off_policy = [lag > 0 or not r.exact for r, lag in zip(rolled, staleness, strict=True)]
-        prepared = prepare(groups, self.cfg, self.normalize, off_policy, penalties)
+        prepared = prepare(groups, self.config.trainer, self.normalize, off_policy, penalties)
         metrics.update(prepared.metrics)
         update_started = time.perf_counter()
         if prepared.sequences:
             metrics.update(self.update.step(prepared.sequences))
         else:
             metrics.update(self.update.skip())
-        if self.cfg.kl_in_reward:
-            metrics.update(_reward_kl(groups, penalties, self.cfg.beta))
+        if self.config.trainer.kl_in_reward:
+            metrics.update(_reward_kl(groups, penalties, self.config.trainer.beta))
         self.step += 1
         self.rollouts.sync_weights(self.policy, self.step)
         elapsed = time.perf_counter() - started
@@ -473,7 +480,7 @@ class GRPOTrainer:
     def _train(self) -> dict[str, Any]:
         self._initial_evaluations()
         self.final_eval = self._logged_eval()
-        self.life.steps(self, "GRPO", self.cfg.max_steps)
+        self.life.steps(self, "GRPO", self.config.trainer.max_steps)
         latest = self.run.latest_checkpoint()
         if not latest or latest[0] != self.step:
             self.save_checkpoint()
@@ -506,7 +513,7 @@ class GRPOTrainer:
     # ------------------------------------------------------------------ the lifecycle's loop
 
     def done(self) -> bool:
-        return self.step >= self.cfg.max_steps or self.budget_spent()
+        return self.step >= self.config.trainer.max_steps or self.budget_spent()
 
     def after_step(self, record: dict[str, Any]) -> None:
         """The held-out evaluation every `eval.every` steps, logged with the step."""

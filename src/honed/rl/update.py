@@ -74,7 +74,7 @@ class Prepared:
 
 def unit_signal(
     group: Group,
-    cfg: TrainerConfig,
+    settings: TrainerConfig,
     normalize: Normalize | None = None,
     penalty: Penalties | None = None,
 ) -> list[float]:
@@ -83,7 +83,7 @@ def unit_signal(
     Each unit's reward (with the soft overlong penalty), mapped by `normalize(env, rewards)`,
     less the KL penalty of the unit's segments (`penalty[trajectory][segment]`) when given.
     """
-    rewards = unit_rewards(group, cfg)
+    rewards = unit_rewards(group, settings)
     if normalize is not None:
         rewards = normalize(group.env, rewards)
     if penalty is not None:
@@ -97,7 +97,7 @@ def unit_signal(
 
 def zero_spread(
     groups: list[Group],
-    cfg: TrainerConfig,
+    settings: TrainerConfig,
     normalize: Normalize | None = None,
     penalties: Sequence[Penalties | None] | None = None,
 ) -> list[bool]:
@@ -106,14 +106,16 @@ def zero_spread(
     Decided on exactly the values `prepare` computes advantages from, with the same test.
     """
     penalties = penalties or [None] * len(groups)
-    signals = [unit_signal(g, cfg, normalize, p) for g, p in zip(groups, penalties, strict=True)]
+    signals = [
+        unit_signal(g, settings, normalize, p) for g, p in zip(groups, penalties, strict=True)
+    ]
     _, stds = compute_advantages(signals, "none")
-    return [s < cfg.zero_std_tolerance for s in stds]
+    return [s < settings.zero_std_tolerance for s in stds]
 
 
 def prepare(
     groups: list[Group],
-    cfg: TrainerConfig,
+    settings: TrainerConfig,
     normalize: Normalize | None = None,
     off_policy: Sequence[bool] | None = None,
     penalties: Sequence[Penalties | None] | None = None,
@@ -124,13 +126,15 @@ def prepare(
     the KL reward penalties of `kl_in_reward`."""
     off_policy = off_policy or [False] * len(groups)
     penalties = penalties or [None] * len(groups)
-    signals = [unit_signal(g, cfg, normalize, p) for g, p in zip(groups, penalties, strict=True)]
-    advantages, stds = compute_advantages(signals, cfg.scale_rewards)
-    zero = [s < cfg.zero_std_tolerance for s in stds]
+    signals = [
+        unit_signal(g, settings, normalize, p) for g, p in zip(groups, penalties, strict=True)
+    ]
+    advantages, stds = compute_advantages(signals, settings.scale_rewards)
+    zero = [s < settings.zero_std_tolerance for s in stds]
     sequences: list[TrainSequence] = []
     kept: list[Group] = []
     for group, adv, is_zero, off in zip(groups, advantages, zero, off_policy, strict=True):
-        if is_zero and cfg.filter_zero_std:
+        if is_zero and settings.filter_zero_std:
             continue
         kept.append(group)
         units = group_units(group)
@@ -140,7 +144,7 @@ def prepare(
                 if not seg.completion_ids:
                     continue
                 mask = list(seg.mask())
-                if cfg.mask_truncated_completions and seg.truncated:
+                if settings.mask_truncated_completions and seg.truncated:
                     mask = [0] * len(mask)
                 sequences.append(
                     TrainSequence(
@@ -185,25 +189,25 @@ class PolicyUpdate:
         policy: Policy,
         optimizer: torch.optim.Optimizer,
         scheduler: torch.optim.lr_scheduler.LRScheduler,
-        cfg: TrainerConfig,
+        settings: TrainerConfig,
         reference: PreTrainedModel | None = None,
         importance_sampling_cap: float = 2.0,
     ) -> None:
-        if cfg.beta > 0 and reference is None:
+        if settings.beta > 0 and reference is None:
             raise ValueError("beta > 0 needs a reference model")
         self.policy = policy
         self.optimizer = optimizer
         self.scheduler = scheduler
-        self.cfg = cfg
+        self.settings = settings
         self.reference = reference
         self.importance_sampling_cap = importance_sampling_cap
 
     @property
     def kl_in_loss(self) -> bool:
-        return self.cfg.beta > 0 and not self.cfg.kl_in_reward
+        return self.settings.beta > 0 and not self.settings.kl_in_reward
 
     def micro_batches(self, n: int) -> list[list[int]]:
-        size = self.cfg.micro_batch_size or max(1, n)
+        size = self.settings.micro_batch_size or max(1, n)
         return [list(range(s, min(n, s + size))) for s in range(0, n, size)]
 
     def _score(self, model: torch.nn.Module, batch: ScoreBatch) -> torch.Tensor:
@@ -212,7 +216,7 @@ class PolicyUpdate:
         model.eval()
         try:
             with torch.inference_mode():
-                logp = score(model, batch, self.cfg.temperature).logprobs
+                logp = score(model, batch, self.settings.temperature).logprobs
         finally:
             model.train(training)
         return logp.clone()
@@ -223,7 +227,7 @@ class PolicyUpdate:
         π_old is the learner's policy now, before this step's update, scored by the learner
         itself; the penalty is a fixed part of the reward, so no gradient flows through it.
         """
-        cfg = self.cfg
+        settings = self.settings
         segments = [
             (gi, ti, si, seg)
             for gi, g in enumerate(groups)
@@ -242,7 +246,7 @@ class PolicyUpdate:
             )
             logp = self._score(self.policy.model, batch)
             ref = self._score(self.reference, batch)
-            penalty = kl_reward_penalty(logp, ref, batch.completion_mask.float(), cfg.beta)
+            penalty = kl_reward_penalty(logp, ref, batch.completion_mask.float(), settings.beta)
             for row, i in enumerate(idx):
                 gi, ti, si, _ = scored[i]
                 out[gi][ti][si] = float(penalty[row])
@@ -250,14 +254,14 @@ class PolicyUpdate:
 
     def step(self, sequences: list[TrainSequence]) -> dict[str, float]:
         """Run `num_iterations` optimizer steps on the sequences; the scheduler advances once."""
-        cfg = self.cfg
+        settings = self.settings
         masks = [torch.as_tensor(s.mask, dtype=torch.float32) for s in sequences]
-        weights = token_weights(masks, cfg.loss_type, cfg.max_completion_length)
+        weights = token_weights(masks, settings.loss_type, settings.max_completion_length)
         stats: dict[str, float] = {}
         # per micro-batch: the batch, π_old (the learner at the start of the step) and π_ref,
         # scored once in the first iteration and reused by later ones
         cache: dict[int, _MicroBatch] = {}
-        for iteration in range(cfg.num_iterations):
+        for iteration in range(settings.num_iterations):
             stats = self._one_step(sequences, weights, cache)
             stats["iterations"] = float(iteration + 1)
         stats["learning_rate"] = self.optimizer.param_groups[0]["lr"]
@@ -307,7 +311,7 @@ class PolicyUpdate:
         sums = dict.fromkeys(_SUMS, 0.0)
         for mb, idx in enumerate(self.micro_batches(len(sequences))):
             self._backward(mb, [sequences[i] for i in idx], [weights[i] for i in idx], cache, sums)
-        max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm else math.inf
+        max_norm = self.settings.max_grad_norm if self.settings.max_grad_norm else math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         self.optimizer.step()
         per_tok = max(sums["tokens"], 1.0)
@@ -337,10 +341,10 @@ class PolicyUpdate:
     ) -> None:
         """Score one micro-batch, backpropagate its share of the loss and add its statistics
         (token-weighted sums) to `sums`."""
-        cfg = self.cfg
+        settings = self.settings
         state, batch = self._micro_batch(mb, chunk, cache)
         width = batch.completion_width
-        scores = score(self.policy.model, batch, cfg.temperature, with_entropy=True)
+        scores = score(self.policy.model, batch, settings.temperature, with_entropy=True)
         logp, mask = scores.logprobs, scores.mask.float()
         if state is None:
             # no dropout: this first forward is π_old itself, so the ratio is exactly 1
@@ -355,11 +359,11 @@ class PolicyUpdate:
             state.old,
             torch.as_tensor([s.advantage for s in chunk], dtype=torch.float32),
             w,
-            epsilon_low=cfg.epsilon,
-            epsilon_high=cfg.clip_high,
+            epsilon_low=settings.epsilon,
+            epsilon_high=settings.clip_high,
             ref_logp=state.ref,
-            beta=cfg.beta,
-            kl_estimator=cfg.kl_estimator,
+            beta=settings.beta,
+            kl_estimator=settings.kl_estimator,
             behaviour_logp=_pad([s.old_logprobs for s in chunk], width),
             off_policy=off & scores.mask.bool(),
             importance_sampling_cap=self.importance_sampling_cap,
