@@ -40,6 +40,40 @@ Train LLM agents by reinforcement (GRPO) and by reflection (skill optimisation).
 """
 
 
+def _add_eval_parser(sub: argparse._SubParsersAction) -> None:
+    ev = sub.add_parser(
+        "eval",
+        help="evaluate a run or a checkpoint",
+        description="Evaluate the latest checkpoint of a run directory, or a "
+        "given checkpoint directory, on a held-out split.",
+    )
+    ev.add_argument("path", metavar="RUN_DIR_OR_CHECKPOINT")
+    ev.add_argument("--split", default="test", choices=["train", "validation", "test"])
+    ev.add_argument("--num-items", type=int, help="items per environment (default: config)")
+    ev.add_argument("--config", help="the config to evaluate with (default: the run's own)")
+    ev.add_argument(
+        "--trust-run-config",
+        action="store_true",
+        help="use the run's own config even if it imports code or contacts hosts",
+    )
+    ev.add_argument("--out", help="where the results go (default: the run's eval/ folder)")
+    ev.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
+    ev.add_argument("--quiet", action="store_true")
+
+
+def _add_export_parser(sub: argparse._SubParsersAction) -> None:
+    export = sub.add_parser(
+        "export",
+        help="write a run's model as a plain Hugging Face folder",
+        description="Copy the model of a run's latest checkpoint (or of a given checkpoint) into "
+        "OUT_DIR as a plain Hugging Face folder (config, safetensors weights, tokenizer, chat "
+        "template) that transformers loads without honed; the trainer state stays behind.",
+    )
+    export.add_argument("path", metavar="RUN_DIR_OR_CHECKPOINT")
+    export.add_argument("out", metavar="OUT_DIR")
+    export.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
+
+
 def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", help="YAML config file (see examples/)")
     p.add_argument(
@@ -92,35 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(sft)
     sft.add_argument("--overwrite", action="store_true", help="replace an existing warm-start")
 
-    ev = sub.add_parser(
-        "eval",
-        help="evaluate a run or a checkpoint",
-        description="Evaluate the latest checkpoint of a run directory, or a "
-        "given checkpoint directory, on a held-out split.",
-    )
-    ev.add_argument("path", metavar="RUN_DIR_OR_CHECKPOINT")
-    ev.add_argument("--split", default="test", choices=["train", "validation", "test"])
-    ev.add_argument("--num-items", type=int, help="items per environment (default: config)")
-    ev.add_argument("--config", help="the config to evaluate with (default: the run's own)")
-    ev.add_argument(
-        "--trust-run-config",
-        action="store_true",
-        help="use the run's own config even if it imports code or contacts hosts",
-    )
-    ev.add_argument("--out", help="where the results go (default: the run's eval/ folder)")
-    ev.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
-    ev.add_argument("--quiet", action="store_true")
-
-    export = sub.add_parser(
-        "export",
-        help="write a run's model as a plain Hugging Face folder",
-        description="Copy the model of a run's latest checkpoint (or of a given checkpoint) into "
-        "OUT_DIR as a plain Hugging Face folder (config, safetensors weights, tokenizer, chat "
-        "template) that transformers loads without honed; the trainer state stays behind.",
-    )
-    export.add_argument("path", metavar="RUN_DIR_OR_CHECKPOINT")
-    export.add_argument("out", metavar="OUT_DIR")
-    export.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
+    _add_eval_parser(sub)
+    _add_export_parser(sub)
     _add_skills_parser(sub)
     return parser
 
@@ -251,34 +258,31 @@ def cmd_sft(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
-    from honed.envs.base import Reporting
-    from honed.models.policy import Policy, SamplingParams
-    from honed.rl.evaluate import env_reports, evaluate
-    from honed.rl.trainer import build_envs
-    from honed.types import derive_seed
-
-    path = Path(args.path)
+def _checkpoint_and_run(path: Path) -> tuple[Path, RunDir | None]:
+    """The checkpoint `honed eval PATH` evaluates (a run's latest, or its warm-start, or PATH
+    itself) and the run it belongs to: none for a checkpoint outside a run's checkpoints/."""
     if not path.exists():
         raise HonedError(f"no such run or checkpoint: {path}")
     run = RunDir(path)
     if run.config_path.exists():
         latest = run.latest_checkpoint()
         if latest is not None:
-            checkpoint = latest[1]
-        elif (run.warmstart / "config.json").is_file():
-            checkpoint = run.warmstart
-        else:
-            raise HonedError(f"{path} has no checkpoint to evaluate yet")
-    elif (path / "config.json").is_file():
-        checkpoint = path
+            return latest[1], run
+        if (run.warmstart / "config.json").is_file():
+            return run.warmstart, run
+        raise HonedError(f"{path} has no checkpoint to evaluate yet")
+    if (path / "config.json").is_file():
         parent = RunDir(path.parent.parent)
-        # a checkpoint inside a run's checkpoints/ belongs to that run; anywhere else, to none
         in_run = path.parent.name == "checkpoints" and parent.config_path.is_file()
-        run = parent if in_run else None
-    else:
-        raise HonedError(f"{path} is neither a run directory nor a model checkpoint")
-    reporter = Reporter(enabled=not args.quiet)
+        return path, parent if in_run else None
+    raise HonedError(f"{path} is neither a run directory nor a model checkpoint")
+
+
+def _eval_config_and_out(
+    args: argparse.Namespace, checkpoint: Path, run: RunDir | None, reporter: Reporter
+) -> tuple[Config, Path]:
+    """The config to evaluate with (--config, or the run's own when it is safe or trusted)
+    and where the results go (--out, or the run's eval/ folder: never outside a run)."""
     if args.config:
         config = load_config(args.config, args.override)
     elif run is not None:
@@ -288,11 +292,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         raise HonedError(f"{checkpoint} is outside a run directory: pass --config")
     if args.out:
-        out = Path(args.out)
-    elif run is not None:
-        out = run.file("eval", f"{checkpoint.name}_{args.split}.json")
-    else:
-        raise HonedError(f"{checkpoint} is outside a run directory: pass --out FILE for the result")
+        return config, Path(args.out)
+    if run is not None:
+        return config, run.file("eval", f"{checkpoint.name}_{args.split}.json")
+    raise HonedError(f"{checkpoint} is outside a run directory: pass --out FILE for the result")
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from honed.envs.base import Reporting
+    from honed.models.policy import Policy, SamplingParams
+    from honed.rl.evaluate import env_reports, evaluate
+    from honed.rl.trainer import build_envs
+    from honed.types import derive_seed
+
+    checkpoint, run = _checkpoint_and_run(Path(args.path))
+    reporter = Reporter(enabled=not args.quiet)
+    config, out = _eval_config_and_out(args, checkpoint, run, reporter)
     envs = build_envs(config)
     policy = Policy.load(checkpoint, config.policy.dtype, config.policy.chat_template)
     num_items = args.num_items or config.eval.num_items
