@@ -7,7 +7,8 @@ import pytest
 from honed.envs.base import Environment, Sample
 from honed.envs.memory import MemoryEnv
 from honed.envs.memory.data import Instance, Question
-from honed.errors import HonedError
+from honed.envs.registry import build_env
+from honed.errors import HonedDeprecationWarning, HonedError
 from honed.types import Item, derive_seed
 
 
@@ -215,3 +216,46 @@ def test_a_quote_copies_its_sentence_and_a_missing_one_fails_with_the_reason():
     assert "quote 3: the chunk has 2 sentence(s)" in t.completion_text
     assert "quote 0: the chunk has 1 sentence(s)" in t.completion_text
     assert t.success == 1.0 and t.components["tool_success"] == pytest.approx((0.5 + 0 + 1) / 3)
+
+
+def test_old_reward_weight_names_beta_and_gamma_still_work_and_warn():
+    """`beta` / `gamma` are deprecated aliases of `compression_weight` / `validity_weight`."""
+
+    def rewards(env: MemoryEnv) -> list[list[float | None]]:
+        def reply(prompt: str, seed: int) -> str:  # r3 and r4 both non-zero, r4 differs per chunk
+            chunk = _chunk(prompt)
+            if chunk.startswith("Ann lives"):
+                return '[{"i":"s","c":"Ann lives in Oslo"}]'
+            return "[]" if chunk.startswith("The tea") else "not a call"
+
+        (group,) = env.rollout([HAND], ScriptedGenerator(reply), num_generations=1, seed=3)
+        return [[s.reward for s in t.segments] + [t.reward] for t in group.trajectories]
+
+    new = MemoryEnv("memory", compression_weight=0.3, validity_weight=0.7)
+    with pytest.warns(HonedDeprecationWarning) as caught:
+        old = MemoryEnv("memory", beta=0.3, gamma=0.7)
+    assert [str(w.message) for w in caught] == [
+        "memory env argument 'beta' is deprecated: use 'compression_weight' (same meaning)",
+        "memory env argument 'gamma' is deprecated: use 'validity_weight' (same meaning)",
+    ]
+    assert all(w.filename == __file__ for w in caught)  # points at the caller, not honed
+    assert (old.compression_weight, old.validity_weight) == (0.3, 0.7)
+    assert rewards(old) == rewards(new) != rewards(MemoryEnv("memory"))
+    default = MemoryEnv("memory")
+    assert (default.compression_weight, default.validity_weight) == (0.05, 0.1)
+
+    with pytest.warns(HonedDeprecationWarning) as caught:  # one name, one warning
+        only_gamma = MemoryEnv("memory", gamma=0.7)
+    assert len(caught) == 1 and "'gamma'" in str(caught[0].message)
+    assert (only_gamma.compression_weight, only_gamma.validity_weight) == (0.05, 0.7)
+
+    # From a config's envs[].args, as `honed train` builds it.
+    with pytest.warns(HonedDeprecationWarning, match="'beta' is deprecated"):
+        built = build_env("memory", "mem", 0, {"beta": 0.3})
+    assert built.compression_weight == 0.3  # type: ignore[attr-defined]
+
+    for old_name, new_name in (("beta", "compression_weight"), ("gamma", "validity_weight")):
+        with pytest.raises(
+            HonedError, match=f"'mem': '{old_name}' is the old name of '{new_name}' and both"
+        ):
+            MemoryEnv("mem", **{old_name: 0.3, new_name: 0.3})

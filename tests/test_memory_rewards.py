@@ -45,7 +45,9 @@ def test_compression_may_go_negative_unless_clipped():
 
 def test_chunk_reward_is_the_paper_sum():
     assert chunk_reward(0.5, 1.0, 0.6, 0.5) == pytest.approx(0.5 + 1.0 + 0.05 * 0.6 + 0.1 * 0.5)
-    assert chunk_reward(1.0, 0.0, -1.0, 1.0, beta=0.2, gamma=1.0) == pytest.approx(1.0 - 0.2 + 1.0)
+    assert chunk_reward(
+        1.0, 0.0, -1.0, 1.0, compression_weight=0.2, validity_weight=1.0
+    ) == pytest.approx(1.0 - 0.2 + 1.0)
 
 
 def test_rule_judge_core():

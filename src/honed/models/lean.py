@@ -205,50 +205,18 @@ def lean_forward(
     bias = _mask_bias(key_mask, length, hidden.dtype)
     present = []
     for index, layer in enumerate(inner.layers):
-        qkv_w, qkv_b, q_heads, qk_size, up_w, up_b = _fuse(layer, rotated=False)
-        attn, mlp = layer.self_attn, layer.mlp
-        dim = attn.head_dim
-        out = F.linear(_norm(layer.input_layernorm, hidden), qkv_w, qkv_b)
-        heads = out.view(*out.shape[:2], -1, dim)
-        qk_heads = qk_size // dim
-        # split, not slicing: its backward is one concatenation, not a zero-filled tensor each
-        qk, v = heads.split([qk_heads, heads.shape[2] - qk_heads], dim=2)
-        qk = _Rope.apply(qk, cos, sin)  # queries and keys at once
-        if packed is not None:  # to [B, T] for attention, zeros at padding
-            heads = torch.cat([qk, v], dim=2)[0]
-            heads = heads.new_zeros((batch * length, *heads.shape[1:])).index_copy(0, packed, heads)
-            qk, v = heads.view(batch, length, -1, dim).split([qk_heads, v.shape[2]], dim=2)
-        q, k = (t.transpose(1, 2) for t in qk.split([q_heads, qk_heads - q_heads], dim=2))
-        v = v.transpose(1, 2)
-        if past is not None:
-            k = torch.cat([past[index][0], k], dim=2)
-            v = torch.cat([past[index][1], v], dim=2)
-        present.append((k, v))
-        group = q_heads // k.shape[1]
-        if group > 1:  # grouped-query heads: each key/value head serves `group` query heads
-            k, v = (t.repeat_interleave(group, dim=1) for t in (k, v))
-        attended = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=bias,
-            dropout_p=attn.attention_dropout if model.training else 0.0,
-            scale=attn.scaling,
+        hidden, kv = _lean_layer(
+            layer,
+            hidden,
+            (cos, sin),
+            bias,
+            packed,
+            (batch, length),
+            None if past is None else past[index],
+            act,
+            model.training,
         )
-        attended = attended.transpose(1, 2).reshape(batch * length, -1)
-        if packed is not None:
-            attended = attended.index_select(0, packed)
-        attended = attended.view(*hidden.shape[:2], -1)
-        hidden = hidden + F.linear(attended, attn.o_proj.weight, attn.o_proj.bias)
-        x = _norm(layer.post_attention_layernorm, hidden)
-        gate_up = F.linear(x, up_w, up_b)
-        if act is not None:
-            gated = _SwiGLU.apply(gate_up)
-        else:  # an activation other than SiLU: the model's own module
-            gate, up = gate_up.chunk(2, -1)
-            gated = mlp.act_fn(gate) * up
-        down = mlp.down_proj
-        hidden = hidden + F.linear(gated, down.weight, down.bias)
+        present.append(kv)
     if packed is not None:
         hidden = hidden.new_zeros((batch * length, hidden.shape[-1])).index_copy(
             0, packed, hidden[0]
@@ -257,6 +225,84 @@ def lean_forward(
     if keep is not None:
         hidden = hidden[:, -keep:]
     return model.lm_head(_norm(inner.norm, hidden)), present
+
+
+def _lean_layer(
+    layer: torch.nn.Module,
+    hidden: torch.Tensor,
+    rope: tuple[torch.Tensor, torch.Tensor],
+    bias: torch.Tensor,
+    packed: torch.Tensor | None,
+    shape: tuple[int, int],
+    past: tuple[torch.Tensor, torch.Tensor] | None,
+    act: Callable[..., torch.Tensor] | None,
+    training: bool,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """One decoder layer of `lean_forward` (apart so that it reads as embed, layers, head): the
+    new hidden state and the layer's keys and values [B, kv_heads, S, head_dim], `past` first.
+
+    `rope` is (cos, sin) [b, t, 1, head_dim], `shape` the batch's (B, T), `packed` the indices
+    of its real tokens when they are packed into one row (see `lean_forward`), `act` the
+    model's SiLU or None, `training` whether attention dropout applies.
+    """
+    cos, sin = rope
+    batch, length = shape
+    qkv_w, qkv_b, q_heads, qk_size, up_w, up_b = _fuse(layer, rotated=False)
+    attn = layer.self_attn
+    dim = attn.head_dim
+    out = F.linear(_norm(layer.input_layernorm, hidden), qkv_w, qkv_b)
+    heads = out.view(*out.shape[:2], -1, dim)
+    qk_heads = qk_size // dim
+    # split, not slicing: its backward is one concatenation, not a zero-filled tensor each
+    qk, v = heads.split([qk_heads, heads.shape[2] - qk_heads], dim=2)
+    qk = _Rope.apply(qk, cos, sin)  # queries and keys at once
+    if packed is not None:  # to [B, T] for attention, zeros at padding
+        heads = torch.cat([qk, v], dim=2)[0]
+        heads = heads.new_zeros((batch * length, *heads.shape[1:])).index_copy(0, packed, heads)
+        qk, v = heads.view(batch, length, -1, dim).split([qk_heads, v.shape[2]], dim=2)
+    q, k = (t.transpose(1, 2) for t in qk.split([q_heads, qk_heads - q_heads], dim=2))
+    v = v.transpose(1, 2)
+    if past is not None:
+        k = torch.cat([past[0], k], dim=2)
+        v = torch.cat([past[1], v], dim=2)
+    present = (k, v)
+    group = q_heads // k.shape[1]
+    if group > 1:  # grouped-query heads: each key/value head serves `group` query heads
+        k, v = (t.repeat_interleave(group, dim=1) for t in (k, v))
+    attended = F.scaled_dot_product_attention(
+        q,
+        k,
+        v,
+        attn_mask=bias,
+        dropout_p=attn.attention_dropout if training else 0.0,
+        scale=attn.scaling,
+    )
+    attended = attended.transpose(1, 2).reshape(batch * length, -1)
+    if packed is not None:
+        attended = attended.index_select(0, packed)
+    attended = attended.view(*hidden.shape[:2], -1)
+    hidden = hidden + F.linear(attended, attn.o_proj.weight, attn.o_proj.bias)
+    x = _norm(layer.post_attention_layernorm, hidden)
+    return hidden + _lean_mlp(layer.mlp, x, up_w, up_b, act), present
+
+
+def _lean_mlp(
+    mlp: torch.nn.Module,
+    x: torch.Tensor,
+    up_w: torch.Tensor,
+    up_b: torch.Tensor | None,
+    act: Callable[..., torch.Tensor] | None,
+) -> torch.Tensor:
+    """A layer's gated MLP on the normed `x`, with the fused gate and up weights of `_fuse`:
+    the part of `_lean_layer` after attention, apart so that each function reads in one go."""
+    gate_up = F.linear(x, up_w, up_b)
+    if act is not None:
+        gated = _SwiGLU.apply(gate_up)
+    else:  # an activation other than SiLU: the model's own module
+        gate, up = gate_up.chunk(2, -1)
+        gated = mlp.act_fn(gate) * up
+    down = mlp.down_proj
+    return F.linear(gated, down.weight, down.bias)
 
 
 class _Rope(torch.autograd.Function):

@@ -242,10 +242,34 @@ def generate(split: str, spec: DataSpec, seed: int = 0) -> list[Instance]:
     ]
 
 
+# An informative chunk of a generated instance: its sentence and the reference plan's ops for it
+# ("", [] for a chunk of pure chatter).
+_Chunk = tuple[str, list[PlanOp]]
+
+
 def _instance(split: str, index: int, spec: DataSpec, rng: random.Random) -> Instance:
+    """One generated instance. Every random draw comes from `rng`, in a fixed order (facts,
+    events, relations, shuffle, updates, chatter): the helpers below are called in that order,
+    so an instance is the same for the same seed."""
     names = rng.sample(NAMES[split], spec.entities)
-    # Each informative chunk: (sentence, reference op); updates are placed after their fact.
-    chunks: list[tuple[str, list[PlanOp]]] = []
+    facts, value = _fact_chunks(names, spec, rng)
+    events, event_questions = _event_chunks(names, spec, rng)
+    relation_chunks, relations = _relation_chunks(names, spec, rng)
+    chunks = facts + events + relation_chunks + [("", []) for _ in range(spec.chatter)]
+    rng.shuffle(chunks)
+    updated = _insert_updates(chunks, value, spec, rng)
+    questions = _questions(value, updated, event_questions, relations)
+    texts = [_with_chatter(text, names, spec, rng) for text, _ in chunks]
+    return Instance(f"{split}-{index}", texts, questions, [ops for _, ops in chunks])
+
+
+def _fact_chunks(
+    names: list[str], spec: DataSpec, rng: random.Random
+) -> tuple[list[_Chunk], dict[tuple[str, str], str]]:
+    """`spec.facts` facts per entity (a city, then a job and/or a pet), each inserted into the
+    semantic store; with the value of each (entity, attribute), which the updates change and
+    the fact and two-hop questions ask about."""
+    chunks: list[_Chunk] = []
     value: dict[tuple[str, str], str] = {}
     for n in names:
         for attr in ["city", *rng.sample(["job", "pet"], spec.facts - 1)]:
@@ -253,14 +277,23 @@ def _instance(split: str, index: int, spec: DataSpec, rng: random.Random) -> Ins
             value[n, attr] = rng.choice(values)
             text = statement.format(n=n, v=value[n, attr])
             chunks.append((text + ".", [PlanOp("insert", SEMANTIC, text)]))
-    events = []
+    return chunks, value
+
+
+def _event_chunks(
+    names: list[str], spec: DataSpec, rng: random.Random
+) -> tuple[list[_Chunk], list[Question]]:
+    """`spec.events` dated events on distinct days, each inserted into the episodic store, with
+    the event-time question that asks for its day."""
+    chunks: list[_Chunk] = []
+    questions = []
     kinds = [(n, past, base, obj) for n in names for past, base, objs in _EVENTS for obj in objs]
     for day, (n, past, base, obj) in zip(
         rng.sample(list(_DAYS), spec.events), rng.sample(kinds, spec.events), strict=True
     ):
         text = f"Day {day}: {n} {past} {obj}"
         chunks.append((text + ".", [PlanOp("insert", EPISODIC, text)]))
-        events.append(
+        questions.append(
             Question(
                 f"When did {n} {base} {obj}?",
                 [f"day {day}"],
@@ -268,6 +301,15 @@ def _instance(split: str, index: int, spec: DataSpec, rng: random.Random) -> Ins
                 evidence=[[n, f"day {day}"]],
             )
         )
+    return chunks, questions
+
+
+def _relation_chunks(
+    names: list[str], spec: DataSpec, rng: random.Random
+) -> tuple[list[_Chunk], list[tuple[str, str, str]]]:
+    """`spec.relations` relations "a works for b", each inserted into the semantic store; with
+    (a, role, b), from which the two-hop questions are made."""
+    chunks: list[_Chunk] = []
     relations = []
     for a in rng.sample(names, spec.relations):
         b = rng.choice([m for m in names if m != a])
@@ -275,8 +317,18 @@ def _instance(split: str, index: int, spec: DataSpec, rng: random.Random) -> Ins
         text = f"{a} {verb} {b}"
         chunks.append((text + ".", [PlanOp("insert", SEMANTIC, text)]))
         relations.append((a, role, b))
-    chunks += [("", []) for _ in range(spec.chatter)]
-    rng.shuffle(chunks)
+    return chunks, relations
+
+
+def _insert_updates(
+    chunks: list[_Chunk],
+    value: dict[tuple[str, str], str],
+    spec: DataSpec,
+    rng: random.Random,
+) -> set[tuple[str, str]]:
+    """Change `spec.updates` facts: each change is inserted into the shuffled `chunks` somewhere
+    after the fact it replaces (so the reference updates an entry that exists) and `value`
+    takes the new value, which the questions ask for. Returns the (entity, attribute) changed."""
     updated = set(rng.sample(sorted(value), spec.updates))
     for n, attr in sorted(updated):
         statement, _, changed, values = _ATTRIBUTES[attr]
@@ -286,6 +338,17 @@ def _instance(split: str, index: int, spec: DataSpec, rng: random.Random) -> Ins
         after = next(i for i, (_, ops) in enumerate(chunks) if ops and ops[0].content == old)
         op = PlanOp("update", SEMANTIC, new, target=old)
         chunks.insert(rng.randint(after + 1, len(chunks)), (new + ".", [op]))
+    return updated
+
+
+def _questions(
+    value: dict[tuple[str, str], str],
+    updated: set[tuple[str, str]],
+    events: list[Question],
+    relations: list[tuple[str, str, str]],
+) -> list[Question]:
+    """Every fact asked about at its latest value (updated-fact when it changed), then the
+    event-time questions, then one two-hop question per relation; no chatter is asked about."""
     questions = [
         Question(
             _ATTRIBUTES[a][1].format(n=n),
@@ -305,8 +368,7 @@ def _instance(split: str, index: int, spec: DataSpec, rng: random.Random) -> Ins
         )
         for a, role, b in relations
     ]
-    texts = [_with_chatter(text, names, spec, rng) for text, _ in chunks]
-    return Instance(f"{split}-{index}", texts, questions, [ops for _, ops in chunks])
+    return questions
 
 
 def _with_chatter(text: str, names: list[str], spec: DataSpec, rng: random.Random) -> str:

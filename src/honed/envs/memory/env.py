@@ -18,6 +18,7 @@ reward and the trajectory's reward (the mean of its r_t) applies to all of them.
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -32,6 +33,8 @@ from honed.envs.memory.prompt import PROMPT_CHARS, STYLES, Prompt, render_prompt
 from honed.envs.memory.report import memory_report
 from honed.envs.memory.retrieval import Chat, answer_scores, chat_model, make_reader
 from honed.envs.memory.rewards import (
+    COMPRESSION_WEIGHT,
+    VALIDITY_WEIGHT,
     ChunkOutcome,
     chunk_reward,
     compression,
@@ -48,11 +51,48 @@ from honed.envs.memory.tools import (
     quote_calls,
     resolve_quote,
 )
-from honed.errors import HonedError, did_you_mean
+from honed.errors import HonedDeprecationWarning, HonedError, did_you_mean
 from honed.types import SPLITS, Group, Item, Trajectory, derive_seed
 
 GROUPINGS = ("instance", "trajectory")
 _DATA_ARGS = tuple(f.name for f in fields(DataSpec))
+
+
+def _reward_weights(
+    env: str, data: dict[str, Any], compression_weight: float | None, validity_weight: float | None
+) -> tuple[float, float]:
+    """The chunk reward's weights of compression r3 and validity r4, defaults filled in.
+
+    They were called `beta` and `gamma`, Mem-α's names, until the trainer's KL coefficient
+    `beta` made one of them ambiguous; configs that still use the old names keep working: they
+    arrive in `data` (the constructor's `**data`) and are taken out of it here."""
+    compression_weight = _renamed(env, data, "beta", "compression_weight", compression_weight)
+    validity_weight = _renamed(env, data, "gamma", "validity_weight", validity_weight)
+    return (
+        COMPRESSION_WEIGHT if compression_weight is None else compression_weight,
+        VALIDITY_WEIGHT if validity_weight is None else validity_weight,
+    )
+
+
+def _renamed(
+    env: str, data: dict[str, Any], old: str, new: str, value: float | None
+) -> float | None:
+    """`value` of argument `new`, or the value given under its deprecated name `old` (taken out
+    of `data`, with one `HonedDeprecationWarning`, attributed to whoever built the env). Both
+    names at once is an error: which value was meant is not known."""
+    if old not in data:
+        return value
+    if value is not None:
+        raise HonedError(
+            f"memory env {env!r}: '{old}' is the old name of '{new}' and both are given; "
+            f"keep '{new}'"
+        )
+    warnings.warn(
+        f"memory env argument '{old}' is deprecated: use '{new}' (same meaning)",
+        HonedDeprecationWarning,
+        stacklevel=4,  # _renamed, _reward_weights, MemoryEnv.__init__, its caller
+    )
+    return data.pop(old)
 
 
 @dataclass
@@ -69,12 +109,14 @@ class _Run:
 class MemoryEnv:
     """Read chunks, write a memory with tools, get scored on questions answered from it.
 
-    Arguments (all optional): `grouping` ("instance" | "trajectory"), `beta` (0.05) and
-    `gamma` (0.1) weights of compression and validity, `compression_clip` (None: a floor for
-    r3), `no_call_credit` (1.0: r2/r4 of a clean empty reply), `reader` ("retrieval" | "llm"),
-    `judge` ("rule" | "llm"), `chat` (the chat model of the llm reader or judge: a
-    `ChatModelConfig`-shaped mapping, `{base_url, model, api_key_env, ...}`, from which a
-    `ChatClient` is built and checked before any work, or any object with
+    Arguments (all optional): `grouping` ("instance" | "trajectory"), `compression_weight`
+    (0.05) and `validity_weight` (0.1), the weights of compression r3 and validity r4 in the
+    chunk reward (Mem-α's beta and gamma, renamed because the trainer's `beta` is the KL
+    coefficient; `beta` and `gamma` still work, with a deprecation warning), `compression_clip`
+    (None: a floor for r3), `no_call_credit` (1.0: r2/r4 of a clean empty reply), `reader`
+    ("retrieval" | "llm"), `judge` ("rule" | "llm"), `chat` (the chat model of the llm reader or
+    judge: a `ChatModelConfig`-shaped mapping, `{base_url, model, api_key_env, ...}`, from which
+    a `ChatClient` is built and checked before any work, or any object with
     `chat(messages) -> str`), `top_k` (5 entries per store retrieved per question),
     `core_tokens` (512), `count` (token counter, default word tokens), `recent` (5 entries of
     each store shown), `prompt_style` ("compact" | "full"), `prompt_chars` (the prompt budget:
@@ -92,8 +134,8 @@ class MemoryEnv:
         seed: int = 0,
         *,
         grouping: str = "instance",
-        beta: float = 0.05,
-        gamma: float = 0.1,
+        compression_weight: float | None = None,
+        validity_weight: float | None = None,
         compression_clip: float | None = None,
         no_call_credit: float = 1.0,
         reader: str = "retrieval",
@@ -109,6 +151,7 @@ class MemoryEnv:
         path: str | Path | None = None,
         **data: float,
     ) -> None:
+        weights = _reward_weights(name, data, compression_weight, validity_weight)
         for arg, value, options in (
             ("grouping", grouping, GROUPINGS),
             ("prompt_style", prompt_style, STYLES),
@@ -127,7 +170,7 @@ class MemoryEnv:
         self.name = name
         self.seed = seed
         self.grouping = grouping
-        self.beta, self.gamma = beta, gamma
+        self.compression_weight, self.validity_weight = weights
         self.compression_clip = compression_clip
         self.no_call_credit = no_call_credit
         if "llm" in (reader, judge):
@@ -244,7 +287,7 @@ class MemoryEnv:
         r2s = [tool_success(o, self.no_call_credit) for o in run.outcomes]
         r4s = [validity(o, self.no_call_credit) for o in run.outcomes]
         rewards = [
-            chunk_reward(r1, r2, r3, r4, self.beta, self.gamma)
+            chunk_reward(r1, r2, r3, r4, self.compression_weight, self.validity_weight)
             for r2, r4 in zip(r2s, r4s, strict=True)
         ]
         per_chunk = self.grouping == "instance"

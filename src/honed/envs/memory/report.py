@@ -4,8 +4,9 @@ Rows: no memory, store-everything, RAG over raw chunks (top-2), the reference pl
 data has one: what a perfect warm-start would write), then one row per agent, each rolled
 out once with the generator it is given (greedy decoding in `honed eval`). Columns are the
 reward's parts as the agents are scored: accuracy r1, memory tokens, tool success r2,
-compression r3, validity r4 and the mean chunk reward r1 + r2 + beta·r3 + gamma·r4. The
-baselines call no tools, so r2, r4 and the chunk reward do not apply to them (`None`).
+compression r3, validity r4 and the mean chunk reward r1 + r2 + compression_weight·r3 +
+validity_weight·r4. The baselines call no tools, so r2, r4 and the chunk reward do not apply
+to them (`None`).
 """
 
 from __future__ import annotations

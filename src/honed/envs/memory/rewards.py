@@ -1,4 +1,5 @@
-"""Mem-α's reward: r_t = r1 + r2_t + beta·r3 + gamma·r4_t for chunk t, each part reported.
+"""Mem-α's reward: r_t = r1 + r2_t + compression_weight·r3 + validity_weight·r4_t for chunk t
+(Mem-α's beta and gamma), each part reported.
 
 - r1, accuracy: the reader's mean score over the instance's questions (one per trajectory).
 - r2_t, tool success: the share of chunk t's calls that succeeded.
@@ -248,8 +249,18 @@ def compression(memory_tokens: int, input_tokens: int, clip: float | None = None
     return r3 if clip is None else max(r3, clip)
 
 
+COMPRESSION_WEIGHT = 0.05  # Mem-α's beta: the weight of compression r3 in the chunk reward
+VALIDITY_WEIGHT = 0.1  # Mem-α's gamma: the weight of validity r4 in the chunk reward
+
+
 def chunk_reward(
-    r1: float, r2: float, r3: float, r4: float, beta: float = 0.05, gamma: float = 0.1
+    r1: float,
+    r2: float,
+    r3: float,
+    r4: float,
+    compression_weight: float = COMPRESSION_WEIGHT,
+    validity_weight: float = VALIDITY_WEIGHT,
 ) -> float:
-    """Mem-α Eq. 1: r_t = r1 + r2_t + beta·r3 + gamma·r4_t."""
-    return r1 + r2 + beta * r3 + gamma * r4
+    """Mem-α Eq. 1: r_t = r1 + r2_t + compression_weight·r3 + validity_weight·r4_t (the
+    paper's beta and gamma, named apart from the trainer's KL coefficient `beta`)."""
+    return r1 + r2 + compression_weight * r3 + validity_weight * r4
