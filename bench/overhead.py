@@ -95,9 +95,9 @@ def measure(shape: str, args: argparse.Namespace, work: Path) -> dict:
     collect = trainer.collect
 
     def recording_collect():
-        groups, metrics = collect()
+        groups, penalties, metrics = collect()
         seen["groups"] = groups
-        return groups, metrics
+        return groups, penalties, metrics
 
     trainer.collect = recording_collect  # the bare step redoes the work of honed's last step
     # The bare loop has its own optimizer over the same weights (its state must not leak into
