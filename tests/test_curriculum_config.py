@@ -59,14 +59,18 @@ def test_the_command_line_refuses_it_with_exit_code_2(tmp_path, capsys):
     assert "Traceback" not in err
 
 
-def test_the_configs_strategy_and_competence_names_are_the_curriculums():
-    """Listed twice on purpose (Atropos's enum is public API, the config a pydantic Literal);
-    this keeps them one set."""
-    import typing
+def test_the_strategy_enum_keeps_atroposs_members_and_values():
+    """`CurriculumStrategy` is built from the config's list of names; code written for Atropos
+    reads its members by name and compares them with strings."""
+    from honed.sampling.curriculum import CurriculumStrategy
 
-    from honed.config import CurriculumConfig
-    from honed.sampling.curriculum import COMPETENCE, STRATEGIES
-
-    fields = CurriculumConfig.model_fields
-    assert set(typing.get_args(fields["strategy"].annotation)) == set(STRATEGIES)
-    assert set(typing.get_args(fields["competence"].annotation)) == set(COMPETENCE)
+    assert CurriculumStrategy.UNIFORM == "uniform"
+    assert CurriculumStrategy.EASY_FIRST.value == "easy_first"
+    assert CurriculumStrategy("competence_based") is CurriculumStrategy.COMPETENCE_BASED
+    assert isinstance(CurriculumStrategy.FRONTIER, str)
+    assert [s.name for s in CurriculumStrategy] == [
+        "UNIFORM",
+        "EASY_FIRST",
+        "COMPETENCE_BASED",
+        "FRONTIER",
+    ]

@@ -172,6 +172,13 @@ class SFTConfig(Strict):
     prompt_loss_weight: float = Field(0.0, ge=0)
 
 
+# The curriculum's strategies (Atropos's three and honed's `frontier`) and competence schedules,
+# declared once: `honed.sampling.curriculum` derives its `CurriculumStrategy` enum and its
+# validation tuples from these.
+StrategyName = Literal["uniform", "easy_first", "competence_based", "frontier"]
+CompetenceName = Literal["gaussian", "platanios"]
+
+
 class CurriculumConfig(Strict):
     """Which items each environment practises (one `CurriculumScheduler` per environment).
 
@@ -187,8 +194,8 @@ class CurriculumConfig(Strict):
     the default of `CurriculumScheduler` itself; docs/migrating.md).
     """
 
-    strategy: Literal["uniform", "easy_first", "competence_based", "frontier"] = "uniform"
-    competence: Literal["platanios", "gaussian"] = "platanios"
+    strategy: StrategyName = "uniform"
+    competence: CompetenceName = "platanios"
     n_bins: int = Field(5, ge=1)
     temperature: float = 1.0
     ema_alpha: float = 0.3

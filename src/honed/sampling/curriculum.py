@@ -79,26 +79,25 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any, Protocol, get_args
 
 import numpy as np
 
+from honed.config import CompetenceName, StrategyName
 
-class CurriculumStrategy(str, Enum):
-    """The strategies, as Atropos names them, plus honed's `frontier`.
+# Atropos's enum of strategy names, plus honed's `frontier`, built from the config's one list
+# (`honed.config.StrategyName`): `CurriculumStrategy.UNIFORM == "uniform"`, and every
+# scheduler's `strategy` converts to it (Atropos's own `load_state_dict` converts the saved
+# strategy this way).
+CurriculumStrategy = Enum(
+    "CurriculumStrategy",
+    [(name.upper(), name) for name in get_args(StrategyName)],
+    type=str,
+    module=__name__,
+)
 
-    `frontier` is a member so that every scheduler's `strategy` converts to this enum (Atropos's
-    own `load_state_dict` converts the saved strategy this way).
-    """
-
-    UNIFORM = "uniform"
-    EASY_FIRST = "easy_first"
-    COMPETENCE_BASED = "competence_based"
-    FRONTIER = "frontier"
-
-
-STRATEGIES = tuple(s.value for s in CurriculumStrategy)
-COMPETENCE = ("gaussian", "platanios")
+STRATEGIES: tuple[str, ...] = get_args(StrategyName)
+COMPETENCE: tuple[str, ...] = get_args(CompetenceName)
 # The settings: a checkpoint records them beside the state, and a resumed run's config may
 # override them (see `Sampler.load_state_dict`).
 SETTINGS = (
