@@ -5,7 +5,7 @@ fake *target* (model `target`) answers an item right only when its system prompt
 holds the rule for the item's kind; otherwise it answers the bare number (partial credit: token
 F1 2/3). A skill holding the harmful line makes it fail everything.
 
-The fake *optimizer* (model `optimizer`) tells its stages apart by the first line of the prompt.
+The fake *reflector* (model `reflector`) tells its stages apart by the first line of the prompt.
 Reflecting on failures, it proposes the missing rules for the failed kinds and, unless the step
 buffer shows the gate rejected it already, the harmful line; ranking, it is fooled into putting
 the harmful edit first. Successes get no proposals; consolidation writes a fixed guidance text.
@@ -68,10 +68,10 @@ def write_config(folder: Path, base_url: str, **sections: dict[str, Any]) -> Pat
             }
         ],
         "target": {**chat, "model": "target"},
-        "optimizer": {**chat, "model": "optimizer"},
+        "reflector": {**chat, "model": "reflector"},
         "skill": {"init": INITIAL_SKILL},
         "train": {"epochs": 2, "batch_size": 8, "minibatch_size": 2, "steps_per_epoch": 3},
-        "schedule": {"mode": "linear", "max_lr": 2, "min_lr": 1},
+        "edit_budget": {"mode": "linear", "max_lr": 2, "min_lr": 1},
         "consolidation": {"enabled": True, "num_items": 6},
     }
     for name, values in sections.items():

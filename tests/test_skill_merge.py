@@ -13,7 +13,7 @@ from honed.skills.reflect import FAILURE, SUCCESS, Reflection
 SKILL = SkillDocument("# Skill\n\n- Be brief.\n")
 
 
-class StubOptimizer:
+class StubReflector:
     """Stands in for a ChatClient: replies with a fixed text (or raises) and keeps prompts."""
 
     def __init__(self, reply: str | Exception) -> None:
@@ -65,8 +65,8 @@ def test_deterministic_order_prefers_support_then_failures_then_first_seen():
 
 
 def test_llm_ranking_is_used_and_missing_ids_follow_in_support_order():
-    optimizer = StubOptimizer(json.dumps({"ranking": [4, "3", 99, 4]}))
-    ranking = rank(optimizer, SKILL, pool_of_four(), budget=2, autonomous=False, use_llm=True)
+    reflector = StubReflector(json.dumps({"ranking": [4, "3", 99, 4]}))
+    ranking = rank(reflector, SKILL, pool_of_four(), budget=2, autonomous=False, use_llm=True)
     assert ranking.method == "llm"
     assert [p.edit.content for p in ranking.order] == [
         "- Rule D",
@@ -76,29 +76,29 @@ def test_llm_ranking_is_used_and_missing_ids_follow_in_support_order():
     ]
     assert [p.edit.content for p in ranking.kept] == ["- Rule D", "- Rule C"]
     assert "left out 2" in ranking.problems[0]
-    assert "Only the first 2 will be applied" in optimizer.prompts[0]
+    assert "Only the first 2 will be applied" in reflector.prompts[0]
 
 
 def test_ranking_falls_back_when_the_reply_is_garbage_or_the_call_fails():
     for reply in ("I like them all!", HonedError("HTTP 500 after 4 attempts")):
-        ranking = rank(StubOptimizer(reply), SKILL, pool_of_four(), 2, False, True)
+        ranking = rank(StubReflector(reply), SKILL, pool_of_four(), 2, False, True)
         assert ranking.method.startswith("deterministic (")
         assert [p.edit.content for p in ranking.kept] == ["- Rule A", "- Rule B"]
-    failed = rank(StubOptimizer(HonedError("boom")), SKILL, pool_of_four(), 2, False, True)
+    failed = rank(StubReflector(HonedError("boom")), SKILL, pool_of_four(), 2, False, True)
     assert failed.problems == ["boom"]  # recorded, not swallowed
 
 
 def test_no_llm_call_when_the_budget_covers_the_pool_or_ranking_is_deterministic():
-    optimizer = StubOptimizer("unused")
-    assert rank(optimizer, SKILL, pool_of_four(), 4, False, True).keep == 4
-    assert rank(optimizer, SKILL, pool_of_four(), 2, False, False).method == "deterministic"
-    assert optimizer.prompts == []
-    assert rank(optimizer, SKILL, [], 3, True, True).keep == 0
+    reflector = StubReflector("unused")
+    assert rank(reflector, SKILL, pool_of_four(), 4, False, True).keep == 4
+    assert rank(reflector, SKILL, pool_of_four(), 2, False, False).method == "deterministic"
+    assert reflector.prompts == []
+    assert rank(reflector, SKILL, [], 3, True, True).keep == 0
 
 
-def test_autonomous_keep_is_chosen_by_the_optimizer_and_clamped_to_the_pool():
+def test_autonomous_keep_is_chosen_by_the_reflector_and_clamped_to_the_pool():
     def keep(reply):
-        return rank(StubOptimizer(reply), SKILL, pool_of_four(), 999, True, True).keep
+        return rank(StubReflector(reply), SKILL, pool_of_four(), 999, True, True).keep
 
     assert keep(json.dumps({"ranking": [1, 2, 3, 4], "keep": 2})) == 2
     assert keep(json.dumps({"ranking": [1, 2, 3, 4], "keep": 40})) == 4
@@ -118,7 +118,7 @@ def test_llm_merge_sums_support_of_its_sources_and_never_grows_the_pool():
             ]
         }
     )
-    merged = llm_merge(StubOptimizer(reply), SKILL, pool)
+    merged = llm_merge(StubReflector(reply), SKILL, pool)
     assert merged.method == "llm"
     assert [(p.edit.content, p.support_count, p.from_failures) for p in merged.pool] == [
         ("- Rules A and D", 4, 3),
@@ -128,12 +128,12 @@ def test_llm_merge_sums_support_of_its_sources_and_never_grows_the_pool():
     assert "sources" not in merged.pool[0].to_dict()
 
     too_many = json.dumps([{"op": "append", "content": f"- {i}"} for i in range(9)])
-    assert len(llm_merge(StubOptimizer(too_many), SKILL, pool).pool) == 4
+    assert len(llm_merge(StubReflector(too_many), SKILL, pool).pool) == 4
 
 
 def test_llm_merge_keeps_the_deterministic_pool_when_it_fails():
     pool = pool_of_four()
     for reply in ("sorry, no", HonedError("connection refused")):
-        merged = llm_merge(StubOptimizer(reply), SKILL, pool)
+        merged = llm_merge(StubReflector(reply), SKILL, pool)
         assert merged.method == "deterministic (llm merge failed)"
         assert merged.pool == pool and merged.problems

@@ -14,7 +14,7 @@ BEFORE = {
     "envs": [{"name": "qa", "type": "qa", "weight": 1.0, "args": {"path": "a.jsonl"}}],
     "skill": {"init": "# Skill\n", "preamble": "Read it."},
     "train": {"epochs": 2, "batch_size": 8, "max_steps": 4, "steps_per_epoch": None},
-    "schedule": {"mode": "cosine", "max_lr": 4, "anchor": "last", "rounding": "half_even"},
+    "edit_budget": {"mode": "cosine", "max_lr": 4, "anchor": "last", "rounding": "half_even"},
     "gate": {"split": "validation", "num_items": None, "mode": "strict"},
     "curriculum": {"strategy": "uniform", "n_bins": 5},
 }
@@ -26,7 +26,7 @@ def changed(**sections: dict) -> dict:
 
 def test_changes_are_listed_key_by_key_and_item_by_item():
     after = changed(
-        schedule={"mode": "linear"},
+        edit_budget={"mode": "linear"},
         train={"max_steps": 8, "steps_per_epoch": 3},
         gate={"mode": "soft"},
     )
@@ -37,7 +37,7 @@ def test_changes_are_listed_key_by_key_and_item_by_item():
         "envs.0.args.path: a.jsonl -> b.jsonl",
         "train.max_steps: 4 -> 8",
         "train.steps_per_epoch: null -> 3",
-        "schedule.mode: cosine -> linear",
+        "edit_budget.mode: cosine -> linear",
         "gate.mode: strict -> soft",
     ]
     assert config_changes(BEFORE, BEFORE) == []
@@ -52,13 +52,34 @@ def test_long_or_multiline_values_are_cut_to_one_line():
 
 
 def test_a_run_from_before_anchor_and_rounding_compares_as_honeds_earlier_schedule():
-    earlier = {**BEFORE, "schedule": {"mode": "cosine", "max_lr": 4}}
+    earlier = {**BEFORE, "edit_budget": {"mode": "cosine", "max_lr": 4}}
     assert [str(c) for c in config_changes(earlier, BEFORE)] == [
-        "schedule.anchor: both -> last",
-        "schedule.rounding: half_up -> half_even",
+        "edit_budget.anchor: both -> last",
+        "edit_budget.rounding: half_up -> half_even",
     ]
-    same = {**BEFORE["schedule"], "anchor": "both", "rounding": "half_up"}
-    assert config_changes(earlier, {**BEFORE, "schedule": same}) == []
+    same = {**BEFORE["edit_budget"], "anchor": "both", "rounding": "half_up"}
+    assert config_changes(earlier, {**BEFORE, "edit_budget": same}) == []
+
+
+def old_names(config: dict) -> dict:
+    """`config` saved as honed wrote it before `reflector` and `edit_budget` were renamed."""
+    old = {"reflector": "optimizer", "edit_budget": "schedule"}
+    return {old.get(key, key): value for key, value in config.items()}
+
+
+def test_a_run_saved_with_the_old_key_names_compares_under_the_new_ones(recwarn):
+    reflecting = {**BEFORE, "reflector": {"base_url": "http://127.0.0.1:8000/v1", "model": "m"}}
+    assert config_changes(old_names(reflecting), reflecting) == []
+    assert [
+        str(c) for c in config_changes(old_names(BEFORE), changed(edit_budget={"max_lr": 6}))
+    ] == ["edit_budget.max_lr: 4 -> 6"]
+    # ... and as from before `anchor` and `rounding`, when the old section lacks them too
+    earlier = old_names({**BEFORE, "edit_budget": {"mode": "cosine", "max_lr": 4}})
+    assert [str(c) for c in config_changes(earlier, BEFORE)] == [
+        "edit_budget.anchor: both -> last",
+        "edit_budget.rounding: half_up -> half_even",
+    ]
+    assert not recwarn.list  # the run's own file: no deprecation message
 
 
 def check(after: dict, steps_done: int = 2, epochs=(3, 3), total: int = 4) -> None:
@@ -68,7 +89,7 @@ def check(after: dict, steps_done: int = 2, epochs=(3, 3), total: int = 4) -> No
 def test_settings_that_can_apply_pass():
     check(
         changed(
-            schedule={"mode": "linear", "max_lr": 9},
+            edit_budget={"mode": "linear", "max_lr": 9},
             train={"max_steps": 8},
             gate={"mode": "mixed"},
             skill={"preamble": "Follow it."},

@@ -43,7 +43,7 @@ def _direct_to_localhost(monkeypatch):
 @pytest.fixture
 def world_server():
     world = World()
-    with FakeOpenAIServer(world, models=("target", "optimizer")) as server:
+    with FakeOpenAIServer(world, models=("target", "reflector")) as server:
         yield world, server
 
 
@@ -189,7 +189,7 @@ def test_rejected_edits_with_scores_reach_later_reflections_until_cleared():
     prompt = reflection_prompt(
         SkillDocument("- Be brief.\n"), Minibatch(FAILURE, [rollout("a", 0.0)]), buffer, 3
     )
-    assert prompt.startswith("# honed optimizer: reflect on failures")
+    assert prompt.startswith("# honed reflector: reflect on failures")
     assert "score 0.5000 -> 0.2500" in prompt and "- Never answer" in prompt
     assert "At most 3 edits" in prompt and "Expected answer:\ngold" in prompt
     restored = StepBuffer()

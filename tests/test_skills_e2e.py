@@ -29,7 +29,7 @@ def world():
         mp.setenv("NO_PROXY", "127.0.0.1,localhost")
         mp.setenv("no_proxy", "127.0.0.1,localhost")
         w = World()
-        with FakeOpenAIServer(w, models=("target", "optimizer")) as server:
+        with FakeOpenAIServer(w, models=("target", "reflector")) as server:
             yield w, server
 
 
@@ -186,7 +186,7 @@ def test_unreachable_or_misconfigured_servers_stop_the_run_before_any_work(world
     config = write_config(tmp_path, closed_port_url())
     assert train(config, tmp_path / "run") == 2
     assert "cannot reach the chat server" in capsys.readouterr().err
-    wrong_model = write_config(tmp_path, server.base_url, optimizer={"model": "gpt-nope"})
+    wrong_model = write_config(tmp_path, server.base_url, reflector={"model": "gpt-nope"})
     assert train(wrong_model, tmp_path / "run") == 2
     assert "model 'gpt-nope' is not served" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
@@ -194,12 +194,12 @@ def test_unreachable_or_misconfigured_servers_stop_the_run_before_any_work(world
 
 
 def test_autonomous_budget_and_llm_merge_in_the_loop(world, tmp_path):
-    """The optimizer chooses how many ranked edits to keep (2 here), never more than the pool."""
+    """The reflector chooses how many ranked edits to keep (2 here), never more than the pool."""
     _, server = world
     config = write_config(
         tmp_path,
         server.base_url,
-        schedule={"mode": "autonomous", "max_lr": 3},
+        edit_budget={"mode": "autonomous", "max_lr": 3},
         train={"merge": "llm", "max_steps": 3},
         consolidation={"enabled": False},
     )
@@ -223,7 +223,7 @@ def four_steps(world, tmp_path_factory):
     config = write_config(
         folder,
         world[1].base_url,
-        schedule={"mode": "cosine", "max_lr": 6, "min_lr": 0},
+        edit_budget={"mode": "cosine", "max_lr": 6, "min_lr": 0},
         train={"epochs": 3, "max_steps": 4},
         consolidation={"enabled": False},
         skill={"preamble": "Read the skill."},
@@ -251,16 +251,16 @@ def change_lines(out: str) -> list[str]:
     return [line.removeprefix("· ") for line in out.splitlines() if " -> " in line]
 
 
-def test_a_resumed_run_takes_the_schedule_from_the_config_in_force(
+def test_a_resumed_run_takes_the_edit_budget_from_the_config_in_force(
     four_steps, world, tmp_path, capsys
 ):
     config, finished = four_steps
     run = copy_run(finished, tmp_path)
     capsys.readouterr()
-    assert resume(config, run, "schedule.mode=linear", "train.max_steps=8") == 0
+    assert resume(config, run, "edit_budget.mode=linear", "train.max_steps=8") == 0
     assert change_lines(capsys.readouterr().out) == [
         "train.max_steps: 4 -> 8",
-        "schedule.mode: cosine -> linear",
+        "edit_budget.mode: cosine -> linear",
     ]
     # Steps 5..8 get what a fresh 8-step linear run gets there; steps 1..4 stay as they were.
     fresh = build_scheduler("linear", max_lr=6, min_lr=0, total_steps=8)
@@ -269,7 +269,7 @@ def test_a_resumed_run_takes_the_schedule_from_the_config_in_force(
         budgets == [5, 3, 1, 0] + [fresh.get_lr(k) for k in range(5, 9)] == [5, 3, 1, 0, 2, 2, 1, 0]
     )
     assert [read(d / "step.json")["budget"] for d in steps(run)] == budgets
-    # A budget of 0 keeps nothing and asks the optimizer for no ranking.
+    # A budget of 0 keeps nothing and asks the reflector for no ranking.
     zero = [read(d / "step.json") for d in steps(run) if read(d / "step.json")["budget"] == 0]
     assert all(r["kept"] == r["applied"] == 0 for r in zero)
     assert [r["rank"] for r in zero if r["pool"]] == ["deterministic (the budget is 0)"]
@@ -314,11 +314,43 @@ def test_a_change_that_cannot_apply_stops_the_resume_naming_the_key(
     assert w.calls == calls
 
 
+def with_old_key_names(config: dict) -> dict:
+    """A saved config as honed wrote it before `reflector` and `edit_budget` were renamed: the
+    same sections, in the same places, under `optimizer` and `schedule`."""
+    old = {"reflector": "optimizer", "edit_budget": "schedule"}
+    assert set(old) <= set(config)
+    return {old.get(key, key): value for key, value in config.items()}
+
+
+def test_a_run_saved_with_the_old_key_names_resumes_under_the_new_ones(
+    four_steps, world, tmp_path, capsys
+):
+    """A state whose config says `optimizer` and `schedule` compares equal to the same settings
+    under `reflector` and `edit_budget` (a finished run: nothing to do, nothing reported), and a
+    changed setting is reported under its new name."""
+    config, finished = four_steps
+    run = copy_run(finished, tmp_path)
+    state = read(run / "state.json")
+    state["config"] = with_old_key_names(state["config"])
+    (run / "state.json").write_text(json.dumps(state))
+    before = files(run)
+    capsys.readouterr()
+    assert train(config, run, "--resume") == 0
+    assert files(run) == before
+    assert resume(config, run, "edit_budget.max_lr=7", "train.max_steps=5") == 0
+    out, err = capsys.readouterr()
+    assert change_lines(out) == ["train.max_steps: 4 -> 5", "edit_budget.max_lr: 6 -> 7"]
+    assert "deprecated" not in err
+    assert read(run / "summary.json")["steps"] == 5
+
+
 def test_a_run_from_an_earlier_honed_resumes_with_the_schedule_in_force(
     four_steps, tmp_path, capsys
 ):
     """Its state holds the schedule's settings and no config; its config.yaml predates
-    `anchor` and `rounding`: the change of default is reported, the config's settings apply."""
+    `anchor` and `rounding`, and names the reflector `optimizer` and the edit budget `schedule`:
+    the change of default is reported under the new names, the config's settings apply, and the
+    run's own old key names draw no deprecation message."""
     config, finished = four_steps
     run = copy_run(finished, tmp_path)
     state = read(run / "state.json")
@@ -333,19 +365,21 @@ def test_a_run_from_an_earlier_honed_resumes_with_the_schedule_in_force(
         "current_step": 4,
     }
     (run / "state.json").write_text(json.dumps(state))
-    old = yaml.safe_load((run / "config.yaml").read_text())
+    old = with_old_key_names(yaml.safe_load((run / "config.yaml").read_text()))
     del old["schedule"]["anchor"], old["schedule"]["rounding"]
     (run / "config.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
     capsys.readouterr()
-    overrides = ("schedule.max_lr=8", "schedule.total_steps=10", "train.max_steps=5")
+    overrides = ("edit_budget.max_lr=8", "edit_budget.total_steps=10", "train.max_steps=5")
     assert resume(config, run, *overrides) == 0
-    assert change_lines(capsys.readouterr().out) == [
+    out, err = capsys.readouterr()
+    assert change_lines(out) == [
         "train.max_steps: 4 -> 5",
-        "schedule.max_lr: 6 -> 8",
-        "schedule.total_steps: null -> 10",
-        "schedule.anchor: both -> last",
-        "schedule.rounding: half_up -> half_even",
+        "edit_budget.max_lr: 6 -> 8",
+        "edit_budget.total_steps: null -> 10",
+        "edit_budget.anchor: both -> last",
+        "edit_budget.rounding: half_up -> half_even",
     ]
+    assert "deprecated" not in err
     # Step 5 of cosine 8 -> 0 over 10 steps; the state's settings would give 0, and a schedule
     # restarted at step 1 would give 8.
     fresh = build_scheduler("cosine", max_lr=8, min_lr=0, total_steps=10)

@@ -405,7 +405,7 @@ def cmd_skills_train(args: argparse.Namespace) -> int:
     reporter = Reporter(enabled=not args.quiet and config.logging.progress)
     trainer = SkillTrainer(config, run, reporter)
     try:
-        with reporter.status("checking the target and optimizer servers"):
+        with reporter.status("checking the target and reflector servers"):
             trainer.preflight()
         if args.overwrite and run.path.exists():
             shutil.rmtree(run.path)

@@ -3,14 +3,19 @@
 Loaded with the same YAML + `-o dotted.key=value` machinery as the GRPO config
 (`honed.config.load_model`), so unknown keys are one-line errors naming the closest valid key.
 Environments are configured exactly as for GRPO (`honed.config.EnvConfig`); the two chat models
-are `honed.models.chat.ChatModelConfig`s.
+(the `target`, which reads the skill, and the `reflector`, which reflects on the target's
+attempts and proposes edits) are `honed.models.chat.ChatModelConfig`s.
+
+`reflector` and `edit_budget` were called `optimizer` and `schedule` before; the old keys still
+load, with a deprecation warning (`SkillsConfig._renamed`).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -21,8 +26,9 @@ from honed.config import (
     Strict,
     check_envs,
     load_model,
+    renamed_keys,
 )
-from honed.errors import HonedError
+from honed.errors import HonedDeprecationWarning, HonedError
 from honed.models.chat import ChatModelConfig
 from honed.skills.schedule import Anchor, LRScheduler, Rounding, build_scheduler
 from honed.types import Split
@@ -81,9 +87,10 @@ class TrainConfig(Strict):
     rank: Literal["llm", "deterministic"] = "llm"
 
 
-class ScheduleConfig(Strict):
-    """The edit budget per step (`honed.skills.schedule`); `total_steps` defaults to the run's
-    number of steps. `max_lr` also caps the edits any single reflection may propose.
+class EditBudgetConfig(Strict):
+    """The edit budget per step: how many edits a step may apply, following a schedule
+    (`honed.skills.schedule`); `total_steps` defaults to the run's number of steps. `max_lr` also
+    caps the edits any single reflection may propose.
 
     The defaults give SkillOpt's budgets; `anchor: both` with `rounding: half_up` gives the
     schedule of honed before it matched SkillOpt, and `warmup_steps` is honed's own.
@@ -98,7 +105,8 @@ class ScheduleConfig(Strict):
     rounding: Rounding = "half_even"
 
     def build(self, run_steps: int) -> LRScheduler:
-        """The schedule, annealing over `total_steps` or else over the run's `run_steps`."""
+        """The budget's scheduler, annealing over `total_steps` or else over the run's
+        `run_steps`."""
         return build_scheduler(
             self.mode,
             self.max_lr,
@@ -108,6 +116,10 @@ class ScheduleConfig(Strict):
             anchor=self.anchor,
             rounding=self.rounding,
         )
+
+
+# The name this section had before it was `edit_budget`.
+ScheduleConfig = EditBudgetConfig
 
 
 class GateConfig(Strict):
@@ -133,7 +145,7 @@ class GateConfig(Strict):
 
 
 class ConsolidationConfig(Strict):
-    """Epoch-end consolidation: the optimizer rewrites the protected region `region` from how
+    """Epoch-end consolidation: the reflector rewrites the protected region `region` from how
     the skill changed over the epoch, judged on `num_items` training items rolled out with the
     epoch's first and last skill. With `gated`, the rewritten skill must pass the gate."""
 
@@ -150,16 +162,32 @@ class SkillEvalConfig(Strict):
     num_items: int | None = Field(None, ge=1)
 
 
+# Keys renamed since earlier honed versions (old -> new); the old ones still load, with a warning.
+RENAMED_KEYS = {"optimizer": "reflector", "schedule": "edit_budget"}
+
+
+def _renamed_attribute(old: str, new: str) -> None:
+    warnings.warn(
+        f"SkillsConfig.{old} is deprecated: use SkillsConfig.{new} (same value)",
+        HonedDeprecationWarning,
+        stacklevel=3,
+    )
+
+
 class SkillsConfig(Strict):
+    """A skill-optimisation run. `target` is the chat model that reads the skill and answers;
+    `reflector` the one that reflects on its attempts and proposes, merges, ranks and
+    consolidates edits; `edit_budget` how many edits each step may apply."""
+
     seed: int = 0
     run_dir: str | None = None
     envs: list[EnvConfig]
     curriculum: CurriculumConfig = CurriculumConfig()
     target: ChatModelConfig
-    optimizer: ChatModelConfig
+    reflector: ChatModelConfig
     skill: SkillConfig = SkillConfig()
     train: TrainConfig = TrainConfig()
-    schedule: ScheduleConfig = ScheduleConfig()
+    edit_budget: EditBudgetConfig = EditBudgetConfig()
     gate: GateConfig = GateConfig()
     consolidation: ConsolidationConfig = ConsolidationConfig()
     eval: SkillEvalConfig = SkillEvalConfig()
@@ -167,13 +195,31 @@ class SkillsConfig(Strict):
     # W&B or MLflow when on (`samples_per_step` is GRPO's only)
     logging: LoggingConfig = LoggingConfig()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        """`optimizer` and `schedule`, the keys' names before, still load (with a warning)."""
+        return renamed_keys(data, RENAMED_KEYS)
+
+    @property
+    def optimizer(self) -> ChatModelConfig:
+        """Deprecated: `reflector`, the section's name before."""
+        _renamed_attribute("optimizer", "reflector")
+        return self.reflector
+
+    @property
+    def schedule(self) -> EditBudgetConfig:
+        """Deprecated: `edit_budget`, the section's name before."""
+        _renamed_attribute("schedule", "edit_budget")
+        return self.edit_budget
+
     @model_validator(mode="after")
     def _consistent(self) -> SkillsConfig:
         check_envs(self.envs)
-        try:  # the schedule's own checks, with its own messages; the run's length comes later
-            self.schedule.build(run_steps=10**9)
+        try:  # the scheduler's own checks, with its own messages; the run's length comes later
+            self.edit_budget.build(run_steps=10**9)
         except ValueError as exc:
-            raise ValueError(f"schedule: {exc}") from None
+            raise ValueError(f"edit_budget: {exc}") from None
         return self
 
     def total_steps(self, train_items: int) -> tuple[int, int]:

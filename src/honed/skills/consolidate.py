@@ -1,9 +1,9 @@
 """Epoch-end consolidation: the slow update of a protected guidance region.
 
-Step edits are local fixes; at an epoch boundary the optimizer looks at the whole epoch instead.
+Step edits are local fixes; at an epoch boundary the reflector looks at the whole epoch instead.
 The same training items are answered with the skill as it was at the start of the epoch and as
 it is now, and each item is classed as improved, regressed, persistent failure or stable
-success. From that the optimizer rewrites the protected region (`<!-- protected:NAME -->`), the
+success. From that the reflector rewrites the protected region (`<!-- protected:NAME -->`), the
 one part of the skill that ordinary edits cannot touch, so durable guidance is not eroded by
 step-level edits. The trainer gates the result like any candidate unless
 `consolidation.gated: false` (the original wrote it ungated; its published checkpoints gated it).
@@ -77,7 +77,7 @@ def propose(
     before: Sequence[Rollout],
     after: Sequence[Rollout],
 ) -> Consolidation:
-    """Ask the optimizer for new guidance and write it into `region` (created if missing)."""
+    """Ask the reflector for new guidance and write it into `region` (created if missing)."""
     classes = classify(before, after)
     counts = {name: len(pairs) for name, pairs in classes.items()}
     try:

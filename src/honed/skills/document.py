@@ -184,7 +184,7 @@ class SkillDocument:
     """An immutable skill text with its protected regions; edits return a new document."""
 
     def __init__(self, text: str = "") -> None:
-        # text from an optimizer reply may hold lone surrogates; hashing and writing need UTF-8
+        # text from a reflector reply may hold lone surrogates; hashing and writing need UTF-8
         self.text = valid_text(text).replace("\r\n", "\n")
         self.regions = parse_regions(self.text)
 

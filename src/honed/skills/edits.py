@@ -1,6 +1,6 @@
 """Edit operations on a skill document, and their parsing from untrusted LLM output.
 
-An edit is the JSON object an optimizer LLM proposes:
+An edit is the JSON object the reflector (an LLM) proposes:
 `{"op": "append" | "insert_after" | "replace" | "delete", "target": "<exact text>",
 "content": "<text>"}`. `target` is unused by `append`, `content` by `delete`. Any other keys
 (`rationale`, `support_count`, ...) are kept in `Edit.meta`, so the merge and rank stages can

@@ -3,18 +3,18 @@
 **Merge.** Always first a deterministic merge: edits that are the same after collapsing
 whitespace and case (same op, target and content) become one, whose `support_count` is the
 number of minibatches that proposed it (`from_failures` / `from_successes` split it by source).
-With `train.merge: llm` the optimizer then combines near-duplicates and resolves conflicts in
+With `train.merge: llm` the reflector then combines near-duplicates and resolves conflicts in
 one call; each merged edit names the pool ids it stands for (`sources`) and its support is the
 sum of theirs. An LLM merge may shrink the pool, never grow it; if its reply is unusable the
 deterministic pool is kept and the reason recorded. (The original merged hierarchically in LLM
 calls of eight; one call over a deduplicated pool is cheaper and cannot loop.)
 
-**Rank.** When the pool holds more edits than the step's budget (or the schedule is
-`autonomous`), the optimizer orders the pool by expected benefit (`train.rank: llm`, the
+**Rank.** When the pool holds more edits than the step's budget (or the edit budget is
+`autonomous`), the reflector orders the pool by expected benefit (`train.rank: llm`, the
 default). Ids it leaves out follow in deterministic order; ids it repeats or invents are
 ignored. If the call fails to give a usable ranking, or with `train.rank: deterministic`, the
 order is: most support first, then most support from failures, then first proposed. A budget
-of 0 (a schedule with `min_lr: 0`) keeps nothing and asks the optimizer nothing. In
+of 0 (an edit budget with `min_lr: 0`) keeps nothing and asks the reflector nothing. In
 `autonomous` mode the ranking reply also says how many edits to keep (`keep`), clamped to the
 pool by `clamp_autonomous`; without a usable `keep` the whole pool is kept.
 """
@@ -123,7 +123,7 @@ class MergeResult:
 
 
 def llm_merge(client: ChatClient, skill: SkillDocument, pool: list[PoolEdit]) -> MergeResult:
-    """One optimizer call that merges near-duplicates; the deterministic pool on failure."""
+    """One reflector call that merges near-duplicates; the deterministic pool on failure."""
     if len(pool) < 2:
         return MergeResult(pool, "deterministic (nothing to merge)")
     prompt = render(
@@ -162,7 +162,7 @@ def llm_merge(client: ChatClient, skill: SkillDocument, pool: list[PoolEdit]) ->
 
 
 def reply_json(reply: str) -> Any:
-    """The JSON value in an optimizer reply, or `None`; never raises (the reply is untrusted,
+    """The JSON value in a reflector reply, or `None`; never raises (the reply is untrusted,
     and `json_repair` can fail on hostile input)."""
     try:
         return decode_json(reply)
@@ -219,7 +219,7 @@ def rank(
     autonomous: bool,
     use_llm: bool,
 ) -> Ranking:
-    """Order the pool and decide how many edits to keep (at most `budget`, or the optimizer's
+    """Order the pool and decide how many edits to keep (at most `budget`, or the reflector's
     choice clamped to the pool when `autonomous`)."""
     fallback = deterministic_order(pool)
     cap = len(pool) if autonomous else min(budget, len(pool))

@@ -1,6 +1,6 @@
-"""The optimizer's prompts: Markdown templates in `prompts/` beside this module.
+"""The reflector's prompts: Markdown templates in `prompts/` beside this module.
 
-They live in files, not string literals, so that they read as what the optimizer sees and can be
+They live in files, not string literals, so that they read as what the reflector sees and can be
 reviewed and changed without touching code; `pyproject.toml` ships `**/*.md` in the wheel (the
 original lost its prompts from the wheel once). Placeholders are `$name` (`string.Template`),
 since prompts are full of JSON braces.

@@ -1,17 +1,17 @@
-"""Reflection: the optimizer reads minibatches of the target's attempts and proposes edits.
+"""Reflection: the reflector reads minibatches of the target's attempts and proposes edits.
 
 Failures (hard score below 1) and successes are reflected on separately, with different
 prompts: failures ask what rule would have prevented them, successes what made them work. Each
-group is shuffled with the step's seed and cut into minibatches, one optimizer call each, all
-sent at once (up to the optimizer's `concurrency`).
+group is shuffled with the step's seed and cut into minibatches, one reflector call each, all
+sent at once (up to the reflector's `concurrency`).
 
-The optimizer also sees the epoch's *step buffer*: the patterns found at earlier steps and the
+The reflector also sees the epoch's *step buffer*: the patterns found at earlier steps and the
 edits the gate rejected, with the scores before and after. It is what keeps later reflections
 from proposing the same harmful edit again; it is cleared at every epoch boundary.
 
 A reply that is not usable JSON costs that minibatch's proposals, never the run: the reasons are
 recorded in the step's `proposed_edits.json`. Each reply's edits are cut to `max_edits` (the
-schedule's `max_lr`), the original's first cap on the edit budget.
+edit budget's `max_lr`), the original's first cap on the edit budget.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ class Reflection:
 
 
 def render_traces(rollouts: Sequence[Rollout]) -> str:
-    """The attempts as the optimizer reads them: whole prompts and replies, not truncated."""
+    """The attempts as the reflector reads them: whole prompts and replies, not truncated."""
     blocks = []
     for i, r in enumerate(rollouts, start=1):
         kind = f", kind {r.kind}" if r.kind else ""
@@ -181,7 +181,7 @@ def reflect(
     buffer: StepBuffer,
     max_edits: int,
 ) -> list[Reflection]:
-    """One optimizer call per minibatch, in parallel; results in minibatch order."""
+    """One reflector call per minibatch, in parallel; results in minibatch order."""
     prompts = [reflection_prompt(skill, b, buffer, max_edits) for b in batches]
     replies = client.chat_many([[{"role": "user", "content": p}] for p in prompts], "reflect")
     return [parse_reflection(b, r, max_edits) for b, r in zip(batches, replies, strict=True)]

@@ -1,10 +1,12 @@
 """What `honed skills train --resume` takes from the checkpoint and what from the config.
 
 The checkpoint (`state.json`) supplies the *state*: the step reached, the skill versions, the
-scores, the sampler, the step buffer, the schedule's position. The config in force supplies the
-*settings*: a resumed run with another schedule, budget or number of steps follows the new
+scores, the sampler, the step buffer, the edit budget's position. The config in force supplies
+the *settings*: a resumed run with another edit budget or number of steps follows the new
 config from the next step on, exactly as a run started with it would at those steps. Each
-changed setting is reported in one line (`schedule.mode: cosine -> linear`).
+changed setting is reported in one line (`edit_budget.mode: cosine -> linear`). A run saved
+before `optimizer` and `schedule` were renamed `reflector` and `edit_budget` is compared under
+the new names.
 
 A few settings cannot apply to a run in progress, and changing one stops the resume (exit code
 2) before anything is written, naming the key:
@@ -22,27 +24,33 @@ A few settings cannot apply to a run in progress, and changing one stops the res
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import suppress
 from typing import Any
 
-from honed.config import LoggingConfig
+from honed.config import LoggingConfig, renamed_keys
 from honed.runs.lifecycle import Change, changes_environments, refuse, resume_changes
+from honed.skills.config import RENAMED_KEYS
 
 __all__ = ["Change", "check_changes", "config_changes"]
 
-# What honed wrote before these schedule keys existed: a run started then used these values.
+# What honed wrote before these edit-budget keys existed: a run started then used these values.
 SCHEDULE_BEFORE_ANCHOR = {"anchor": "both", "rounding": "half_up"}
 
 
 def config_changes(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> list[Change]:
     """The settings that differ between the run's config (None: unknown) and the one in force,
-    as for GRPO (`honed.runs.lifecycle.resume_changes`). A run started before the schedule had
-    `anchor` and `rounding`, or before the skill loop had a `logging` section, is compared as
-    having used what honed did then."""
+    as for GRPO (`honed.runs.lifecycle.resume_changes`). A run's config saved with the keys'
+    earlier names (`optimizer`, `schedule`) is read under the new ones, silently: the run's own
+    file is no one's to fix. A run started before the edit budget had `anchor` and `rounding`,
+    or before the skill loop had a `logging` section, is compared as having used what honed did
+    then."""
     if not isinstance(before, Mapping):
         return []
-    schedule = before.get("schedule")
-    if isinstance(schedule, Mapping) and "anchor" not in schedule:
-        before = {**before, "schedule": {**schedule, **SCHEDULE_BEFORE_ANCHOR}}
+    with suppress(ValueError):  # both names: honed never saved such a config; compare it as is
+        before = renamed_keys(before, RENAMED_KEYS, warn=False)
+    edit_budget = before.get("edit_budget")
+    if isinstance(edit_budget, Mapping) and "anchor" not in edit_budget:
+        before = {**before, "edit_budget": {**edit_budget, **SCHEDULE_BEFORE_ANCHOR}}
     if "logging" not in before and "logging" in after:
         before = {**before, "logging": LoggingConfig().model_dump(mode="json")}
     return resume_changes(before, after)

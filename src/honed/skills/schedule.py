@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Literal, get_args
 
 from honed.errors import did_you_mean
 
-# What `autonomous` returns as its budget: no cap, the optimizer LLM chooses the count instead
+# What `autonomous` returns as its budget: no cap, the reflector (an LLM) chooses the count instead
 # (see `clamp_autonomous`). SkillOpt's value, kept so that code comparing with it still works.
 NO_LIMIT = 999
 
@@ -66,11 +66,11 @@ def _round_half_up(x: float) -> int:
 
 
 def clamp_autonomous(requested: Any, pool_size: int) -> int:
-    """How many ranked edits to keep when the optimizer LLM chose the count (`autonomous` mode).
+    """How many ranked edits to keep when the reflecting LLM chose the count (`autonomous` mode).
 
     `requested` comes from untrusted LLM output, so it may be anything: an int, a numeric string
     (`"3"`), a float, `None`, or garbage. A usable number is rounded half up and clamped to
-    `[1, pool_size]`: the optimizer was asked because there are edits to weigh, and a step that
+    `[1, pool_size]`: the reflector was asked because there are edits to weigh, and a step that
     keeps none of them would spend its rollouts and reflections for nothing. Anything unusable
     means the LLM gave no limit, so the whole pool is kept, which is what "autonomous: no cap"
     means. An empty pool keeps 0.
@@ -154,7 +154,7 @@ class LRScheduler(ABC):
 
     @property
     def is_autonomous(self) -> bool:
-        """True when the optimizer LLM, not the schedule, chooses how many edits to keep."""
+        """True when the reflecting LLM, not the schedule, chooses how many edits to keep."""
         return self.mode == "autonomous"
 
     clamp_autonomous = staticmethod(clamp_autonomous)
@@ -254,7 +254,7 @@ class CosineScheduler(LRScheduler):
 
 
 class AutonomousScheduler(LRScheduler):
-    """No cap: every step's budget is `NO_LIMIT` and the optimizer LLM's ranking reply says how
+    """No cap: every step's budget is `NO_LIMIT` and the reflecting LLM's ranking reply says how
     many edits to keep, clamped to the pool by `clamp_autonomous`."""
 
     mode = "autonomous"

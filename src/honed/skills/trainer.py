@@ -1,8 +1,8 @@
 """The skill trainer: the only place that knows the order of a skill-optimisation step.
 
-    budget = schedule.step()
+    budget = edit_budget.step()
     sample items ─▶ target answers with the current skill ─▶ env scores (hard, soft)
-        ─▶ failures / successes in minibatches ─▶ optimizer reflects on each (+ step buffer)
+        ─▶ failures / successes in minibatches ─▶ reflector reflects on each (+ step buffer)
         ─▶ merge (dedupe, optional LLM merge) ─▶ rank ─▶ keep the top k ≤ budget
         ─▶ apply ─▶ candidate ─▶ gate on the selection split ─▶ accept, or remember the rejection
 
@@ -10,7 +10,7 @@ At an epoch's end: optional consolidation of the protected guidance region, and 
 is cleared. The best skill by selection score is kept in `best_skill.md`; at the end the initial
 and best skills are evaluated on the held-out split and `summary.json` is written.
 
-Everything with state (the schedule's position, sampler, step buffer, token counts, skill
+Everything with state (the edit budget's position, sampler, step buffer, token counts, skill
 versions, scores) is saved in `state.json` after every step, and target answers are cached on
 disk by skill hash, so `--resume` continues after the last finished step, spends nothing twice,
 and ends with the same skills as an uninterrupted run. The settings come from the config in
@@ -131,14 +131,14 @@ class SkillTrainer:
         self.envs = build_skill_envs(config)
         self.usage = UsageMeter()
         self.target = ChatClient(config.target, self.usage)
-        self.optimizer = ChatClient(config.optimizer, self.usage)
+        self.reflector = ChatClient(config.reflector, self.usage)
         self.sampler = Sampler.from_config(self.envs, config.envs, config.curriculum, config.seed)
         train_items = sum(len(env.items("train")) for env in self.envs.values())
         self.steps_per_epoch, self.total_steps = config.total_steps(train_items)
         try:
-            self.scheduler = config.schedule.build(self.total_steps)
+            self.edit_budget = config.edit_budget.build(self.total_steps)
         except ValueError as exc:
-            raise HonedError(f"schedule: {exc}") from None
+            raise HonedError(f"edit_budget: {exc}") from None
         self.gate = Gate(config.gate)
         self.gate_items = evaluation_items(self.envs, config.gate.split, config.gate.num_items)
         if not self.gate_items:
@@ -157,11 +157,11 @@ class SkillTrainer:
     def preflight(self) -> None:
         """Fail before any work if either chat server is unreachable or misconfigured."""
         self.target.check()
-        self.optimizer.check()
+        self.reflector.check()
 
     def close(self) -> None:
         self.target.close()
-        self.optimizer.close()
+        self.reflector.close()
 
     def setup(self, resume: bool) -> bool:
         """Start a run, or load the one to resume; False when that one had already finished, in
@@ -243,7 +243,8 @@ class SkillTrainer:
             "initial_scores": self.initial_scores.to_dict(),
             "current_scores": self.current_scores.to_dict(),
             "best_scores": self.best_scores.to_dict(),
-            "scheduler": self.scheduler.state_dict(),
+            # "scheduler": the edit budget's position, under the name earlier runs wrote it
+            "scheduler": self.edit_budget.state_dict(),
             "sampler": self.sampler.state_dict(),
             "buffer": self.buffer.state_dict(),
             "usage": self.usage.state_dict(),
@@ -255,8 +256,8 @@ class SkillTrainer:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the run's state; the schedule keeps the config's settings and takes only its
-        position, so later steps get the budgets the config in force gives them."""
+        """Restore the run's state; the edit budget keeps the config's settings and takes only
+        its position, so later steps get the budgets the config in force gives them."""
         self.step = state["step"]
         self.epochs_closed = state["epochs_closed"]
         self.current_version = state["current_version"]
@@ -265,7 +266,7 @@ class SkillTrainer:
         self.initial_scores = Scores(**state["initial_scores"])
         self.current_scores = Scores(**state["current_scores"])
         self.best_scores = Scores(**state["best_scores"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        self.edit_budget.load_state_dict(state["scheduler"])
         self.sampler.load_state_dict(state["sampler"])
         self.buffer.load_state_dict(state["buffer"])
         self.usage.load_state_dict(state["usage"])
@@ -332,7 +333,7 @@ class SkillTrainer:
         edits, apply the top ones within the budget, and let the gate decide on the candidate.
         Everything the step saw and decided is written to its step directory."""
         step = self.step + 1
-        budget = self.scheduler.step()
+        budget = self.edit_budget.step()
         rollouts = self._answer_batch()
         batches, reflections = self._reflect(step, rollouts)
         merged, ranking = self._merge_and_rank(step, reflections, budget)
@@ -345,7 +346,7 @@ class SkillTrainer:
             "step": step,
             "epoch": self._epoch_of(step),
             "budget": budget,
-            "autonomous": self.scheduler.is_autonomous,
+            "autonomous": self.edit_budget.is_autonomous,
             "proposed": sum(len(r.edits) for r in reflections),
             "pool": len(merged.pool),
             "kept": len(kept),
@@ -389,34 +390,34 @@ class SkillTrainer:
         self, step: int, rollouts: list[Rollout]
     ) -> tuple[list[list[Rollout]], list[Reflection]]:
         """Minibatches of the answers (failures only, or failures and successes), and the
-        optimizer model's proposed edits for each, given the step buffer."""
+        reflector's proposed edits for each, given the step buffer."""
         train = self.config.train
         rng = random.Random(derive_seed(self.config.seed, "minibatches", step))
         batches = minibatches(rollouts, train.minibatch_size, train.failure_only, rng)
         reflections = reflect(
-            self.optimizer, self.current, batches, self.buffer, self.scheduler.max_lr
+            self.reflector, self.current, batches, self.buffer, self.edit_budget.max_lr
         )
         return batches, reflections
 
     def _merge_and_rank(
         self, step: int, reflections: list[Reflection], budget: int
     ) -> tuple[MergeResult, Ranking]:
-        """The proposals deduplicated (and merged by the optimizer model with `merge: llm`),
+        """The proposals deduplicated (and merged by the reflector with `merge: llm`),
         then ranked against the budget. A failed LLM merge or ranking falls back to the
         deterministic one, with a warning."""
         train = self.config.train
         pool = dedupe(reflections)
         merged = (
-            llm_merge(self.optimizer, self.current, pool)
+            llm_merge(self.reflector, self.current, pool)
             if train.merge == "llm"
             else MergeResult(pool, "deterministic")
         )
         ranking = rank(
-            self.optimizer,
+            self.reflector,
             self.current,
             merged.pool,
             budget,
-            self.scheduler.is_autonomous,
+            self.edit_budget.is_autonomous,
             train.rank == "llm",
         )
         for what, method, problems in (
@@ -478,21 +479,21 @@ class SkillTrainer:
         self.epoch_start_version = self.current_version
 
     def consolidate(self, epoch: int) -> None:
-        cfg = self.config.consolidation
+        consolidation = self.config.consolidation
         pool = [item for env in self.envs.values() for item in env.items("train")]
         rng = random.Random(derive_seed(self.config.seed, "consolidate", epoch))
-        items = rng.sample(pool, min(cfg.num_items, len(pool)))
+        items = rng.sample(pool, min(consolidation.num_items, len(pool)))
         start = self.run.skills.load(self.epoch_start_version)
         before = self.runner.run(start, items, "consolidate")
         after = self.runner.run(self.current, items, "consolidate")
-        result = propose(self.optimizer, self.current, cfg.region, before, after)
+        result = propose(self.reflector, self.current, consolidation.region, before, after)
         record: dict[str, Any] = {"epoch": epoch, **result.to_dict()}
         candidate = result.candidate
         if candidate is None or candidate == self.current:
             record["outcome"] = "unchanged"
         else:
             after_scores, _ = self.score(candidate, "gate")
-            if cfg.gated:
+            if consolidation.gated:
                 decision = self.gate.decide(self.current_scores, after_scores)
                 record["decision"] = decision.to_dict()
                 accepted = decision.accepted
