@@ -227,7 +227,7 @@ def test_keys_are_never_sent_on_a_run_configs_word(tmp_path):
         load_run_config(SkillsConfig, config, [], trust=False)
     notes: list[str] = []
     loaded = load_run_config(SkillsConfig, config, [], trust=True, note=notes.append)
-    assert loaded.target.api_key_env is None and loaded.optimizer.api_key_env is None
+    assert loaded.target.api_key_env is None and loaded.reflector.api_key_env is None
     assert any("ignoring api_key_env (HF_TOKEN)" in n for n in notes)
 
 

@@ -1,4 +1,4 @@
-"""An OpenAI-compatible chat-completions client: the skill loop's target and optimizer, and LLM
+"""An OpenAI-compatible chat-completions client: the skill loop's target and reflector, and LLM
 readers and judges.
 
 It speaks plain HTTP (`POST {base_url}/chat/completions`, `GET {base_url}/models`) with httpx, so
@@ -99,7 +99,7 @@ class ChatReply:
 class UsageMeter:
     """Requests, retries and tokens per stage label, safe to update from many threads.
 
-    One meter may be shared by several clients (target and optimizer) so that a run's summary
+    One meter may be shared by several clients (target and reflector) so that a run's summary
     has one table; it checkpoints with `state_dict()` so a resumed run keeps counting.
     """
 

@@ -14,6 +14,7 @@ is theirs and used as it is. Keys are never sent on the strength of a run's conf
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,7 +24,7 @@ import yaml
 from pydantic import BaseModel
 
 from honed.config import load_model
-from honed.errors import HonedError
+from honed.errors import HonedDeprecationWarning, HonedError
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -114,4 +115,7 @@ def load_run_config(
             f"ignoring api_key_env ({', '.join(found.secrets)}) in the run's own config: keys "
             "are sent only to servers of a config you name with --config"
         )
-    return load_model(model, path, overrides, transform=_drop_key_names)
+    with warnings.catch_warnings():
+        # a run saved by an earlier honed may use renamed keys; the user did not write it
+        warnings.simplefilter("ignore", HonedDeprecationWarning)
+        return load_model(model, path, overrides, transform=_drop_key_names)
