@@ -47,6 +47,20 @@ def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, 
     return ids, mask
 
 
+def positions_of(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids of a left-padded attention mask: 0 at each row's first real token (and at
+    its padding, which nothing attends to)."""
+    return (mask.cumsum(-1) - 1).clamp_min(0)
+
+
+def distinct_prompts(prompts: Sequence[Sequence[int]]) -> tuple[list[tuple[int, ...]], list[int]]:
+    """The distinct prompts in order of first appearance, and which one each row is: a GRPO
+    group repeats its prompt, which sampling and scoring then run through the model once."""
+    index: dict[tuple[int, ...], int] = {}
+    row_prompt = [index.setdefault(tuple(p), len(index)) for p in prompts]
+    return list(index), row_prompt
+
+
 @dataclass
 class Decoding:
     """A batch being decoded: the rows still in it and what they need for the next step."""
@@ -86,10 +100,9 @@ def prefill(
 ) -> Decoding:
     """Run each distinct prompt once and give every row its prompt's cache and next logits."""
     batch = len(prompts)
-    distinct: dict[tuple[int, ...], int] = {}
-    row_prompt = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
-    input_ids, attention = left_pad(list(distinct), pad_id)
-    positions = (attention.cumsum(-1) - 1).clamp_min(0)
+    distinct, row_prompt = distinct_prompts(prompts)
+    input_ids, attention = left_pad(distinct, pad_id)
+    positions = positions_of(attention)
     cache = sampling_cache(model.config, input_ids.shape[1] + steps)
     out = model(
         input_ids=input_ids,

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
 
-from honed.models.generation import left_pad
+from honed.models.generation import distinct_prompts, left_pad, positions_of
 from honed.models.lean import lean_forward, supports_lean
 
 Past = DynamicCache | list[tuple[torch.Tensor, torch.Tensor]]
@@ -106,7 +106,7 @@ def make_batch(
     c_mask = right_pad(masks, 0, width)
     c_attn = right_pad([[1] * len(c) for c in completions], 0, width)
     attention = torch.cat([p_mask, c_attn], dim=1)
-    positions = (attention.cumsum(-1) - 1).clamp_min(0)
+    positions = positions_of(attention)
     return TokenBatch(
         input_ids=torch.cat([p_ids, c_ids], dim=1),
         attention_mask=attention,
@@ -123,11 +123,10 @@ def build_batch(
     pad_id: int,
 ) -> ScoreBatch:
     """A `PrefixBatch` when some rows repeat a prompt (GRPO groups), else a `TokenBatch`."""
-    distinct: dict[tuple[int, ...], int] = {}
-    row_prompt = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+    distinct, row_prompt = distinct_prompts(prompts)
     if len(distinct) == len(prompts) or not all(prompts):
         return make_batch(prompts, completions, masks, pad_id)
-    prompt_ids, prompt_mask = left_pad(list(distinct), pad_id)
+    prompt_ids, prompt_mask = left_pad(distinct, pad_id)
     width = max(1, max(len(c) for c in completions))
     return PrefixBatch(
         prompt_ids=prompt_ids,
@@ -183,7 +182,7 @@ def _token_logits(model: PreTrainedModel, batch: TokenBatch) -> torch.Tensor:
 
 def _prefix_logits(model: PreTrainedModel, batch: PrefixBatch) -> torch.Tensor:
     """`_token_logits` for a `PrefixBatch`: every distinct prompt is computed once."""
-    prompt_positions = (batch.prompt_mask.cumsum(-1) - 1).clamp_min(0)
+    prompt_positions = positions_of(batch.prompt_mask)
     first, past = _forward(
         model, batch.prompt_ids, prompt_positions, batch.prompt_mask, keep=1, cache=True
     )

@@ -108,8 +108,11 @@ class RunDir:
         for path in (self.metrics_path, self.samples_path):
             if not path.exists():
                 continue
-            rows = [r for r in self.read_jsonl(path) if int(r.get("step", 0)) <= last_step]
-            rows = rows if keep_start else []
+            rows = (
+                [r for r in self.read_jsonl(path) if int(r.get("step", 0)) <= last_step]
+                if keep_start
+                else []
+            )
             atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
 
     # ------------------------------------------------------------ checkpoints
