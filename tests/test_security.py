@@ -292,12 +292,22 @@ def test_a_key_goes_over_plain_http_only_to_this_machine(url, allowed):
 
 _RAY_SCRIPT = """
 import os, subprocess, sys
-from honed.distributed import require_ray_token
-require_ray_token()
+import ipaddress
+import psutil
+from honed.distributed import secure_local_ray
+secure_local_ray()
 from honed.distributed.ray_backend import connect
 import ray
 assert connect("local")
 print("own task", ray.get(ray.remote(lambda: 41 + 1).remote()), flush=True)
+# every port the cluster's processes (this driver, GCS, raylet, workers) listen on
+tree = {p.pid for p in psutil.Process().children(recursive=True)} | {os.getpid()}
+hosts = {
+    c.laddr.ip.removeprefix("::ffff:")
+    for c in psutil.net_connections(kind="inet")
+    if c.status == psutil.CONN_LISTEN and c.pid in tree
+}
+print("listening", len(hosts) > 0, all(ipaddress.ip_address(h).is_loopback for h in hosts), sorted(hosts), flush=True)
 address = ray.get_runtime_context().gcs_address
 env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
 join = f"import ray; ray.init(address={address!r}); print('joined')"
@@ -314,9 +324,12 @@ ray.shutdown()
 """
 
 
-def test_the_local_ray_cluster_honed_starts_refuses_clients_without_its_token(tmp_path):
-    """An outside process (no token) cannot join the cluster, while the learner's own tasks
-    run. Run in fresh interpreters: Ray reads its authentication settings on import."""
+def test_the_local_ray_cluster_honed_starts_listens_on_loopback_and_refuses_clients_without_its_token(
+    tmp_path,
+):
+    """Every port the cluster opens is on 127.0.0.1, and an outside process (no token) cannot
+    join the cluster, while the learner's own tasks run. Run in fresh interpreters: Ray reads
+    these settings on import."""
     import importlib.util
     import subprocess
     import sys
@@ -325,7 +338,11 @@ def test_the_local_ray_cluster_honed_starts_refuses_clients_without_its_token(tm
         if os.environ.get("HONED_REQUIRE_RAY"):
             raise RuntimeError("Ray is missing: pip install 'honed[distributed]'")
         pytest.skip("Ray is not installed: pip install 'honed[distributed]'")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("RAY_AUTH", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"))
+    }
     done = subprocess.run(
         [sys.executable, "-c", _RAY_SCRIPT],
         env={**env, "HOME": str(tmp_path)},  # no token file of this user's either
@@ -334,5 +351,6 @@ def test_the_local_ray_cluster_honed_starts_refuses_clients_without_its_token(tm
         timeout=300,
     )
     assert "own task 42" in done.stdout, done.stderr[-2000:]
+    assert "listening True True" in done.stdout, done.stdout + done.stderr[-2000:]
     assert "outsider 1 False" in done.stdout, done.stdout + done.stderr[-2000:]
     assert "insider 0 True" in done.stdout, done.stdout + done.stderr[-2000:]

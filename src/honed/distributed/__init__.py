@@ -36,26 +36,32 @@ __all__ = [
 ]
 
 
-def require_ray_token() -> None:
-    """Make the local Ray cluster honed starts accept only clients holding its token.
+def secure_local_ray() -> None:
+    """Make the local Ray cluster honed starts private to this machine and to this run.
 
     Without authentication, anyone who can reach the machine's Ray ports can join the cluster
-    and run code. Ray reads its authentication settings when it is imported, so this must run
-    first: a fresh random token goes into `RAY_AUTH_TOKEN` with `RAY_AUTH_MODE=token`, and
-    every process of the cluster (started by this one) inherits both. Settings the user made
+    and run code. Ray reads these settings when it is imported, so this must run first:
+
+    - a fresh random token goes into `RAY_AUTH_TOKEN` with `RAY_AUTH_MODE=token`;
+    - `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0` tells Ray this is a single-node cluster, so it keeps
+      the loopback address as the node's address and its servers (GCS, raylet, workers) listen
+      on 127.0.0.1 only, instead of every interface.
+
+    Every process of the cluster (started by this one) inherits both. Settings the user made
     are left alone; if Ray was imported before, a warning says how to set them.
     """
-    if "RAY_AUTH_MODE" in os.environ:
-        return
     if "ray" in sys.modules:
-        log.warning(
-            "Ray was imported before honed could turn on token authentication for the local "
-            "cluster; set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN before importing Ray "
-            "(docs/security.md)"
-        )
+        if "RAY_AUTH_MODE" not in os.environ:
+            log.warning(
+                "Ray was imported before honed could make the local cluster private; set "
+                "RAY_AUTH_MODE=token, RAY_AUTH_TOKEN and RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 "
+                "before importing Ray (docs/security.md)"
+            )
         return
-    os.environ["RAY_AUTH_MODE"] = "token"
-    os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    if "RAY_AUTH_MODE" not in os.environ:
+        os.environ["RAY_AUTH_MODE"] = "token"
+        os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
 
 
 def build_backend(
@@ -75,7 +81,7 @@ def build_backend(
         generator = CompletionsGenerator(dist.server, policy, params, clients)
     if dist.backend == "ray":
         if dist.address == "local":
-            require_ray_token()
+            secure_local_ray()
         from honed.distributed.ray_backend import RayBackend
 
         return RayBackend(config, weight_sync)
