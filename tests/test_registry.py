@@ -89,6 +89,7 @@ def test_the_builtin_names():
         "dataset",
         "qa",
         "memory",
+        "tools",
     }
 
 
