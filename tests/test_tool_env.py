@@ -374,5 +374,5 @@ def test_chat_messages_prompts_and_a_system_prompt(tmp_path, tiny):
 def test_it_needs_a_chat_template(data):
     policy = Policy.from_config(PolicyConfig(tiny=SHAPE), seed=0)
     env = make_env(data)
-    with pytest.raises(HonedError, match="policy.chat_template: true"):
+    with pytest.raises(HonedError, match=r"policy\.chat_template: true"):
         env.rollout(env.items("train")[:1], PolicySampler(policy, SamplingParams()), 1, 0)
