@@ -20,11 +20,24 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from huggingface_hub import try_to_load_from_cache
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from honed.errors import HonedError
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _folder(path: str) -> str | None:
+    """A local folder, or the cached snapshot folder of a Hub id (no network: loading from the
+    folder keeps transformers from asking the Hub about it)."""
+    if Path(path).is_dir():
+        return path
+    try:
+        cached = try_to_load_from_cache(path, "config.json")
+    except ValueError:  # not a valid repository id
+        return None
+    return str(Path(cached).parent) if isinstance(cached, str) else None
 
 
 class RewardModel:
@@ -45,12 +58,17 @@ class RewardModel:
             raise HonedError(f"{where}: dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
         if not isinstance(batch_size, int) or batch_size < 1:
             raise HonedError(f"{where}: batch_size must be a positive integer, got {batch_size!r}")
-        local = Path(path).is_dir()
+        folder = _folder(path)
+        if folder is None:
+            raise HonedError(
+                f"{where}: cannot load the reward model '{path}': it is neither a folder nor a "
+                "Hub id already in the Hugging Face cache"
+            )
         try:
             self.model = AutoModelForSequenceClassification.from_pretrained(
-                path, dtype=_DTYPES[dtype], local_files_only=not local
+                folder, dtype=_DTYPES[dtype]
             )
-            self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=not local)
+            self.tokenizer = AutoTokenizer.from_pretrained(folder)
         except (OSError, ValueError) as exc:
             raise HonedError(
                 f"{where}: cannot load the reward model '{path}' (a local folder, or a Hub id "
