@@ -10,9 +10,10 @@ import math
 import pytest
 import torch
 from openai_server import FakeOpenAIServer
-from tiny_run import SMALL_MODEL, small_config
+from tiny_run import SMALL_MODEL, small_config, write_config
 from tool_world import PRICES, hermes, write_data
 
+from honed.cli import main
 from honed.config import PolicyConfig, ServerConfig, TinyModelConfig, TrainerConfig
 from honed.distributed.server import CompletionsGenerator
 from honed.distributed.worker import RolloutWorker, ShardTask
@@ -230,3 +231,21 @@ def test_a_multi_turn_run_resumed_in_the_middle_ends_bit_for_bit_as_the_straight
     assert samples == [
         json.dumps(r, sort_keys=True) for r in straight.run.read_jsonl(straight.run.samples_path)
     ]
+
+
+def test_train_and_eval_from_the_command_line_report_tool_use(tmp_path):
+    data = _config_data(tmp_path, steps=2)
+    data["envs"][0]["args"]["baselines"] = {"always 12": "tool_world:always_12"}
+    config = write_config(tmp_path, data)
+    assert main(["train", str(config), "--quiet"]) == 0
+    run = RunDir(tmp_path / "run")
+    summary = run.read_summary()
+    for key in ("episodes/shop/turns", "episodes/shop/used_tools", "tools/lookup/calls"):
+        assert key in summary["initial_eval"] and key in summary["final_eval"]
+    assert main(["eval", str(run.path), "--config", str(config), "--split", "test", "--quiet"]) == 0
+    (result,) = (run.path / "eval").glob("*_test.json")
+    report = json.loads(result.read_text())
+    agents = [row["agent"] for row in report["reports"]["shop"]["rows"]]
+    assert agents[:2] == ["reference solver", "rule: always 12"]
+    assert any(a.endswith("tools disabled") for a in agents) and len(agents) == 6
+    assert report["reports"]["shop"]["rows"][0]["accuracy"] == 1.0
