@@ -187,3 +187,13 @@ def test_the_real_smollm2_template_ignores_tools_so_honed_describes_them():
     history = [*ASK, {"role": "assistant", "content": written}]
     bridge = text(chat, chat.bridge_ids(history, [{"role": "tool", "content": "47"}]))
     assert bridge == "\n<|im_start|>tool\n47<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_a_reference_call_is_written_in_the_format_that_is_parsed():
+    """A template that writes Hermes calls, used with tool_format llama3_json: the reference turn
+    is written the way the parser reads it, not the way the template writes it."""
+    chat = chat_for(tokenizer_with(QWEN_LIKE, QWEN_SPECIALS), tool_format="llama3_json")
+    assert json.loads(chat.assistant_text(ASK, CALL)) == {
+        "name": "lookup",
+        "parameters": {"name": "kx"},
+    }

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from honed.envs.multiturn.toolcalls import TOOL_FORMATS, ToolCall, format_calls
+from honed.envs.multiturn.toolcalls import TOOL_FORMATS, ToolCall, format_calls, parse_tool_calls
 from honed.errors import HonedError
 from honed.types import Message
 
@@ -187,8 +187,12 @@ class ChatFormat:
             body = after[len(before) :]
             end = body.find(self.end_of_turn)
             body = body if end < 0 else body[:end]
-            if all(c.name in body for c in calls) and content.strip() in body:
-                return body
+            read = parse_tool_calls(body, self.tool_format)
+            same = [(c.name, c.arguments) for c in read.calls] == [
+                (c.name, c.arguments) for c in calls
+            ]
+            if same and not read.errors and content.strip() in body:
+                return body  # the template's own writing, and it reads back as these calls
         return "\n".join(p for p in (content, format_calls(calls, self.tool_format)) if p)
 
 
