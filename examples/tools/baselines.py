@@ -6,7 +6,6 @@ Each maps a data row to an answer without the policy.
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from pathlib import Path
 
@@ -25,5 +24,4 @@ def most_common(row: dict) -> str:
 def lookup_first(row: dict) -> str:
     """Look up the first product the question names and answer its price (right for plain
     price questions only)."""
-    names = [w for w in re.findall(r"[a-z]+", row["prompt"]) if w in _PRICES]
-    return str(_PRICES[names[0]]) if names else ""
+    return str(_PRICES[row["products"][0]])

@@ -16,11 +16,28 @@ def correct(completions, answer, **kwargs) -> list[float]:
 
 
 def clean_calls(trajectory, **kwargs) -> list[float]:
-    """1 when every tool call of the episode was readable and ran without an error."""
-    return [
-        float(
-            not any(t["format_errors"] for t in episode["turns"])
-            and not any(r["error"] for t in episode["turns"] for r in t["tool_results"])
-        )
-        for episode in trajectory
-    ]
+    """1 when the episode called tools and every call was readable and ran without an error
+    (an episode without calls gets nothing: skipping the tools is not clean, it is wrong)."""
+    out = []
+    for episode in trajectory:
+        turns = episode["turns"]
+        called = any(t["tool_calls"] for t in turns)
+        unreadable = any(t["format_errors"] for t in turns)
+        failed = any(r["error"] for t in turns for r in t["tool_results"])
+        out.append(float(called and not unreadable and not failed))
+    return out
+
+
+def right_lookups(products, trajectory, **kwargs) -> list[float]:
+    """The share of the products a question names that the episode looked up (partial credit
+    for reading the right rows, whatever happens next)."""
+    out = []
+    for names, episode in zip(products, trajectory, strict=True):
+        looked = {
+            str(call["arguments"].get("name"))
+            for turn in episode["turns"]
+            for call in turn["tool_calls"]
+            if call["name"] == "lookup"
+        }
+        out.append(sum(name in looked for name in names) / len(names))
+    return out

@@ -5,8 +5,8 @@ questions that need one or two lookups and some arithmetic (through `calc`).
 
 Products have two-letter names and prices from 10 to 99, drawn at random, so no rule can guess
 a price and the table is too large for a small model to learn by heart from its warm-start.
-Three kinds of question, each row with its answer and a reference conversation (the calls a
-solver makes, then the answer) for warm-start:
+Three kinds of question, each row with its answer, the products it names, and a reference
+conversation (the calls a solver makes, then the answer) for warm-start:
 
 - `price`: "price of kx?"   lookup(kx)                    -> 47
 - `times`: "3 kx cost?"     lookup(kx); calc(3*47)        -> 141
@@ -57,7 +57,14 @@ def question(rng: random.Random, prices: dict[str, int]) -> dict:
             turn(call("calc", expression=f"{a}+{b}")),
         ]
     reference.append({"role": "assistant", "content": str(answer)})
-    return {"prompt": prompt, "answer": str(answer), "kind": kind, "reference": reference}
+    products = names[:1] if kind != "sum" else names
+    return {
+        "prompt": prompt,
+        "answer": str(answer),
+        "kind": kind,
+        "products": products,
+        "reference": reference,
+    }
 
 
 def main() -> None:
