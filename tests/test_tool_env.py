@@ -4,6 +4,7 @@ functions receive, warm-start references, metrics and the evaluation table."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import re
 import time
@@ -21,6 +22,7 @@ from honed.envs.tools import ToolBox, ToolEnv, load_tools
 from honed.errors import HonedError
 from honed.models.policy import Policy, PolicySampler, SamplingParams
 from honed.models.scoring import make_batch, score
+from honed.models.sources import MODELS, resolve_model
 from honed.models.tiny import build_tiny_model
 
 TOOLS = ["tool_world:lookup", "tool_world:calc"]
@@ -376,3 +378,35 @@ def test_it_needs_a_chat_template(data):
     env = make_env(data)
     with pytest.raises(HonedError, match=r"policy\.chat_template: true"):
         env.rollout(env.items("train")[:1], PolicySampler(policy, SamplingParams()), 1, 0)
+
+
+@pytest.mark.skipif(
+    MODELS["smollm2-135m-instruct"].path() is None and not os.environ.get("HONED_REQUIRE_SMOLLM2"),
+    reason=f"SmolLM2 is not installed; to run: {MODELS['smollm2-135m-instruct'].install}",
+)
+def test_the_real_smollm2_runs_tool_episodes_token_exactly(data):
+    """SmolLM2-135M-Instruct's template ignores `tools`: the tools are described in its system
+    message, calls are read in the Hermes format, results come back in its ChatML `tool` turns,
+    and the episode's ids are the sampled ids and the template's own, with the mask on the
+    model's only."""
+    policy = Policy.load(resolve_model("smollm2-135m-instruct"), chat_template=True)
+    env = make_env(data)
+
+    def script(context: str, seed: int) -> str:
+        return hermes("lookup", name="ab") if "<|im_start|>tool" not in context else "12"
+
+    generator = ScriptedGenerator(policy, script)
+    trajectory = env.rollout(env.items("train")[:1], generator, 1, 0)[0].trajectories[0]
+    segment = trajectory.segments[0]
+    decode = policy.tokenizer.decode
+    prompt = decode(segment.prompt_ids)
+    assert "You can call the tools" in prompt and '"name": "lookup"' in prompt
+    untrained = [i for i, m in zip(segment.completion_ids, segment.mask(), strict=True) if not m]
+    assert decode(untrained) == "\n<|im_start|>tool\n12<|im_end|>\n<|im_start|>assistant\n"
+    assert trajectory.success == 1.0
+    # and the real sampler runs the same episode loop (whatever the untrained model writes)
+    sampler = PolicySampler(policy, SamplingParams(0.0, 1.0, 24))
+    episode = env.rollout(env.items("train")[:1], sampler, 1, 0)[0].trajectories[0]
+    segment = episode.segments[0]
+    assert len(segment.completion_ids) == len(segment.mask()) == len(segment.logprobs)
+    assert sum(segment.mask()) <= 24
