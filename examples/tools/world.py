@@ -11,6 +11,13 @@ conversation (the calls a solver makes, then the answer) for warm-start:
 - `price`: "price of kx?"   lookup(kx)                    -> 47
 - `times`: "3 kx cost?"     lookup(kx); calc(3*47)        -> 141
 - `sum`:   "kx + qd?"       lookup(kx), lookup(qd); calc(47+85) -> 132
+
+The demonstrations are imperfect, as logs of real agents are: for 70% of the arithmetic
+questions (`CARELESS`) they come from a careless solver that looks the prices up and then
+answers with a rough estimate ("kx + qd?" -> 130) instead of calling calc. Imitation learns to
+skip the calculator most of the time; only the reward says that calling it is worth it. Every
+row's `answer` is the exact one, and the test questions' references are all careful (the
+reference solver).
 """
 
 from __future__ import annotations
@@ -26,6 +33,9 @@ PRODUCTS = 200
 TRAIN, TEST = 800, 200
 KINDS = ("price", "times", "sum")
 WEIGHTS = (0.2, 0.4, 0.4)
+# Share of the arithmetic questions whose demonstration comes from a careless solver: it looks
+# the prices up, then answers with a rough estimate (rounded to tens) instead of calling calc.
+CARELESS = 0.7
 
 
 def call(tool: str, **arguments: object) -> dict:
@@ -36,7 +46,13 @@ def turn(*calls: dict) -> dict:
     return {"role": "assistant", "tool_calls": list(calls)}
 
 
-def question(rng: random.Random, prices: dict[str, int]) -> dict:
+def estimate(value: int) -> str:
+    """A careless solver's answer: the value rounded to tens, never the value itself."""
+    rough = round(value, -1)
+    return str(rough if rough != value else value + 10)
+
+
+def question(rng: random.Random, prices: dict[str, int], careless_share: float) -> dict:
     kind = rng.choices(KINDS, WEIGHTS)[0]
     names = rng.sample(sorted(prices), 2)
     a, b = prices[names[0]], prices[names[1]]
@@ -56,7 +72,12 @@ def question(rng: random.Random, prices: dict[str, int]) -> dict:
             turn(call("lookup", name=names[0]), call("lookup", name=names[1])),
             turn(call("calc", expression=f"{a}+{b}")),
         ]
-    reference.append({"role": "assistant", "content": str(answer)})
+    careless = kind != "price" and rng.random() < careless_share
+    if careless:
+        reference = reference[:1]  # the lookups, then no calc
+    reference.append(
+        {"role": "assistant", "content": estimate(answer) if careless else str(answer)}
+    )
     products = names[:1] if kind != "sum" else names
     return {
         "prompt": prompt,
@@ -78,7 +99,7 @@ def main() -> None:
     splits: dict[str, list[dict]] = {"test": [], "train": []}
     for split, size in (("test", TEST), ("train", TRAIN)):
         while len(splits[split]) < size:
-            row = question(rng, prices)
+            row = question(rng, prices, CARELESS if split == "train" else 0.0)
             if row["prompt"] not in seen:  # a question is in one split only
                 seen.add(row["prompt"])
                 splits[split].append(row)
