@@ -14,10 +14,10 @@ conversation (the calls a solver makes, then the answer) for warm-start:
 
 The demonstrations are imperfect, as logs of real agents are: for 70% of the arithmetic
 questions (`CARELESS`) they come from a careless solver that looks the prices up and then
-answers with a rough estimate ("kx + qd?" -> 130) instead of calling calc. Imitation learns to
-skip the calculator most of the time; only the reward says that calling it is worth it. Every
-row's `answer` is the exact one, and the test questions' references are all careful (the
-reference solver).
+answers with the arithmetic written out ("kx + qd?" -> "47+85") instead of calling calc.
+Imitation learns to skip the calculator most of the time; only the reward says that calling
+it is worth it. Every row's `answer` is the exact one, and the test questions' references are
+all careful (the reference solver).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ TRAIN, TEST = 800, 200
 KINDS = ("price", "times", "sum")
 WEIGHTS = (0.2, 0.4, 0.4)
 # Share of the arithmetic questions whose demonstration comes from a careless solver: it looks
-# the prices up, then answers with a rough estimate (rounded to tens) instead of calling calc.
+# the prices up, then answers with the arithmetic written out ("3*47") instead of calling calc.
 CARELESS = 0.7
 
 
@@ -46,38 +46,25 @@ def turn(*calls: dict) -> dict:
     return {"role": "assistant", "tool_calls": list(calls)}
 
 
-def estimate(value: int) -> str:
-    """A careless solver's answer: the value rounded to tens, never the value itself."""
-    rough = round(value, -1)
-    return str(rough if rough != value else value + 10)
-
-
 def question(rng: random.Random, prices: dict[str, int], careless_share: float) -> dict:
     kind = rng.choices(KINDS, WEIGHTS)[0]
     names = rng.sample(sorted(prices), 2)
     a, b = prices[names[0]], prices[names[1]]
+    expression = ""
     if kind == "price":
         prompt, answer = f"price of {names[0]}?", a
         reference = [turn(call("lookup", name=names[0]))]
     elif kind == "times":
         count = rng.randint(2, 9)
-        prompt, answer = f"{count} {names[0]} cost?", count * a
-        reference = [
-            turn(call("lookup", name=names[0])),
-            turn(call("calc", expression=f"{count}*{a}")),
-        ]
+        prompt, answer, expression = f"{count} {names[0]} cost?", count * a, f"{count}*{a}"
+        reference = [turn(call("lookup", name=names[0]))]
     else:
-        prompt, answer = f"{names[0]} + {names[1]}?", a + b
-        reference = [
-            turn(call("lookup", name=names[0]), call("lookup", name=names[1])),
-            turn(call("calc", expression=f"{a}+{b}")),
-        ]
+        prompt, answer, expression = f"{names[0]} + {names[1]}?", a + b, f"{a}+{b}"
+        reference = [turn(call("lookup", name=names[0]), call("lookup", name=names[1]))]
     careless = kind != "price" and rng.random() < careless_share
-    if careless:
-        reference = reference[:1]  # the lookups, then no calc
-    reference.append(
-        {"role": "assistant", "content": estimate(answer) if careless else str(answer)}
-    )
+    if expression and not careless:
+        reference.append(turn(call("calc", expression=expression)))
+    reference.append({"role": "assistant", "content": expression if careless else str(answer)})
     products = names[:1] if kind != "sum" else names
     return {
         "prompt": prompt,
