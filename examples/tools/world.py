@@ -12,12 +12,12 @@ conversation (the calls a solver makes, then the answer) for warm-start:
 - `times`: "3 kx cost?"     lookup(kx); calc(3*47)        -> 141
 - `sum`:   "kx + qd?"       lookup(kx), lookup(qd); calc(47+85) -> 132
 
-The demonstrations are imperfect, as logs of real agents are: for 70% of the arithmetic
-questions (`CARELESS`) they come from a careless solver that looks the prices up and then
-answers with the arithmetic written out ("kx + qd?" -> "47+85") instead of calling calc.
-Imitation learns to skip the calculator most of the time; only the reward says that calling
-it is worth it. Every row's `answer` is the exact one, and the test questions' references are
-all careful (the reference solver).
+The demonstrations are correct but not all fit the environment: for 70% of the training sum
+questions (`SEQUENTIAL`) they come from an agent that looked the two products up one per turn
+(lookup, lookup, calc, answer: four turns), as if logged with a larger turn budget. The
+example allows three turns (`max_turns: 3`), so an agent that imitates them runs out of turns
+on sums before it answers; only the reward teaches it to call both lookups in one turn. The
+test questions' references (the reference solver) all do.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ PRODUCTS = 200
 TRAIN, TEST = 800, 200
 KINDS = ("price", "times", "sum")
 WEIGHTS = (0.2, 0.4, 0.4)
-# Share of the arithmetic questions whose demonstration comes from a careless solver: it looks
-# the prices up, then answers with the arithmetic written out ("3*47") instead of calling calc.
-CARELESS = 0.7
+# Share of the training sum questions whose demonstration looks the two products up one per
+# turn (four turns in all) rather than both in one turn (three turns).
+SEQUENTIAL = 0.7
 
 
 def call(tool: str, **arguments: object) -> dict:
@@ -46,25 +46,27 @@ def turn(*calls: dict) -> dict:
     return {"role": "assistant", "tool_calls": list(calls)}
 
 
-def question(rng: random.Random, prices: dict[str, int], careless_share: float) -> dict:
+def question(rng: random.Random, prices: dict[str, int], sequential_share: float) -> dict:
     kind = rng.choices(KINDS, WEIGHTS)[0]
     names = rng.sample(sorted(prices), 2)
     a, b = prices[names[0]], prices[names[1]]
-    expression = ""
     if kind == "price":
         prompt, answer = f"price of {names[0]}?", a
         reference = [turn(call("lookup", name=names[0]))]
     elif kind == "times":
         count = rng.randint(2, 9)
-        prompt, answer, expression = f"{count} {names[0]} cost?", count * a, f"{count}*{a}"
-        reference = [turn(call("lookup", name=names[0]))]
+        prompt, answer = f"{count} {names[0]} cost?", count * a
+        reference = [
+            turn(call("lookup", name=names[0])),
+            turn(call("calc", expression=f"{count}*{a}")),
+        ]
     else:
-        prompt, answer, expression = f"{names[0]} + {names[1]}?", a + b, f"{a}+{b}"
-        reference = [turn(call("lookup", name=names[0]), call("lookup", name=names[1]))]
-    careless = kind != "price" and rng.random() < careless_share
-    if expression and not careless:
-        reference.append(turn(call("calc", expression=expression)))
-    reference.append({"role": "assistant", "content": expression if careless else str(answer)})
+        prompt, answer = f"{names[0]} + {names[1]}?", a + b
+        lookups = [call("lookup", name=names[0]), call("lookup", name=names[1])]
+        one_by_one = rng.random() < sequential_share
+        reference = [turn(c) for c in lookups] if one_by_one else [turn(*lookups)]
+        reference.append(turn(call("calc", expression=f"{a}+{b}")))
+    reference.append({"role": "assistant", "content": str(answer)})
     products = names[:1] if kind != "sum" else names
     return {
         "prompt": prompt,
@@ -86,7 +88,7 @@ def main() -> None:
     splits: dict[str, list[dict]] = {"test": [], "train": []}
     for split, size in (("test", TEST), ("train", TRAIN)):
         while len(splits[split]) < size:
-            row = question(rng, prices, CARELESS if split == "train" else 0.0)
+            row = question(rng, prices, SEQUENTIAL if split == "train" else 0.0)
             if row["prompt"] not in seen:  # a question is in one split only
                 seen.add(row["prompt"])
                 splits[split].append(row)
