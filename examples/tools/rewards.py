@@ -16,23 +16,27 @@ def correct(completions, answer, **kwargs) -> list[float]:
 
 
 def clean_calls(trajectory, **kwargs) -> list[float]:
-    """1 when the episode called tools and every call was readable and ran without an error
-    (an episode without calls gets nothing: skipping the tools is not clean, it is wrong)."""
+    """1 when the episode answered after calling tools, every call readable and error-free (an
+    episode without calls, or one that ran out of turns, gets nothing)."""
     out = []
     for episode in trajectory:
         turns = episode["turns"]
         called = any(t["tool_calls"] for t in turns)
         unreadable = any(t["format_errors"] for t in turns)
         failed = any(r["error"] for t in turns for r in t["tool_results"])
-        out.append(float(called and not unreadable and not failed))
+        answered = episode["stop"] == "answer"
+        out.append(float(answered and called and not unreadable and not failed))
     return out
 
 
 def right_lookups(products, trajectory, **kwargs) -> list[float]:
-    """The share of the products a question names that the episode looked up (partial credit
-    for reading the right rows, whatever happens next)."""
+    """The share of the products a question names that the episode looked up, if it answered
+    (partial credit for reading the right rows; running out of turns earns none)."""
     out = []
     for names, episode in zip(products, trajectory, strict=True):
+        if episode["stop"] != "answer":
+            out.append(0.0)
+            continue
         looked = {
             str(call["arguments"].get("name"))
             for turn in episode["turns"]
