@@ -3,8 +3,9 @@
 Every model forbids unknown keys, so a typo is an error naming the key and the closest valid
 one instead of a setting silently ignored. Option names follow TRL's `GRPOConfig` where the
 meaning is the same (`num_generations`, `beta`, `epsilon`, `epsilon_high`, `loss_type`,
-`scale_rewards`, `learning_rate`, `max_steps`, `max_completion_length`, `temperature`, `seed`),
-and so do their defaults, so a TRL user's settings carry over.
+`scale_rewards`, `learning_rate`, `max_steps`, `max_completion_length`, `temperature`, `seed`,
+`use_bias_correction_kl`), so a TRL user's settings carry over; several defaults are honed's
+own (the README's configuration reference lists where they and the objective differ from TRL).
 """
 
 from __future__ import annotations
@@ -130,6 +131,9 @@ class TrainerConfig(Strict):
     # the KL term of the loss (docs/kl.md: k2's gradient is that of KL(pi || ref), k3's that of
     # KL(ref || pi), k1's is zero); kl_in_reward moves the KL into the rewards as beta * k1
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    # multiply the KL term by the ratio pi / pi_old (differentiable), as TRL does by default:
+    # its expected gradient is then that of KL(pi || ref) for k1 and k3 (docs/kl.md)
+    use_bias_correction_kl: bool = False
     kl_in_reward: bool = False
     num_iterations: int = Field(1, ge=1)
     micro_batch_size: int | None = Field(None, ge=1)
@@ -154,6 +158,11 @@ class TrainerConfig(Strict):
         if self.kl_in_reward and self.beta == 0:
             raise ValueError(
                 "kl_in_reward: true needs beta > 0 (beta weighs the KL penalty in the reward)"
+            )
+        if self.kl_in_reward and self.use_bias_correction_kl:
+            raise ValueError(
+                "use_bias_correction_kl weighs the KL term of the loss, and with kl_in_reward: "
+                "true the loss has none; set one of them"
             )
         return self
 

@@ -175,11 +175,12 @@ class GRPOTrainer:
             self.config.trainer.beta > 0
             and not self.config.trainer.kl_in_reward
             and self.config.trainer.kl_estimator == "k1"
+            and not self.config.trainer.use_bias_correction_kl
         ):
             self.reporter.note(
                 "trainer.kl_estimator: k1 in the loss has zero expected gradient: it adds noise, "
-                "not regularisation; use k2 (gradient of KL(pi || ref)), k3 (of KL(ref || pi)) "
-                "or trainer.kl_in_reward: true (docs/kl.md)"
+                "not regularisation; use k2 (gradient of KL(pi || ref)), k3 (of KL(ref || pi)), "
+                "trainer.use_bias_correction_kl: true or trainer.kl_in_reward: true (docs/kl.md)"
             )
         self.optimizer = build_optimizer(
             self.policy.model.parameters(),

@@ -364,6 +364,7 @@ class PolicyUpdate:
             ref_logp=state.ref,
             beta=settings.beta,
             kl_estimator=settings.kl_estimator,
+            kl_bias_correction=settings.use_bias_correction_kl,
             behaviour_logp=_pad([s.old_logprobs for s in chunk], width),
             off_policy=off & scores.mask.bool(),
             importance_sampling_cap=self.importance_sampling_cap,
