@@ -29,7 +29,9 @@ from honed.config import Config, dump_config, format_change
 from honed.distributed import RolledGroup, RolloutPipeline, RolloutRequest, build_backend
 from honed.envs.base import Environment
 from honed.envs.registry import build_envs as build_config_envs
+from honed.models.device import dtype_name, peak_memory_gb, reset_peak_memory
 from honed.models.dropout import disable_dropout
+from honed.models.lora import AdapterFreeReference, is_checkpoint
 from honed.models.policy import Policy
 from honed.rewards import RewardNormalizer
 from honed.rl.evaluate import evaluate
@@ -56,7 +58,7 @@ from honed.types import Group, derive_seed
 
 # Settings a resumed run cannot take from a new config: the checkpoint's weights are those of
 # this model, trained after this warm-start.
-FIXED_ON_RESUME = ("policy.model", "policy.gguf_file", "policy.tiny", "sft.")
+FIXED_ON_RESUME = ("policy.model", "policy.gguf_file", "policy.tiny", "policy.lora", "sft.")
 # Settings baked into the requests an asynchronous run has already drawn for coming steps.
 FIXED_WHILE_QUEUED = ("trainer.prompts_per_step", "distributed.max_staleness")
 # The trainer state's layout; `honed.runs.lifecycle.check_format` refuses others.
@@ -99,6 +101,7 @@ class GRPOTrainer:
         self.policy: Policy | None = None
         self.resume_changes: list[Change] = []
         self.final_eval: dict[str, float] | None = None
+        self.world_size = 1
 
     # ------------------------------------------------------------------ set-up
 
@@ -122,7 +125,7 @@ class GRPOTrainer:
         policy = Policy.from_config(self.config.policy, self.config.seed)
         if self.config.sft.steps == 0:
             return policy
-        if (self.run.warmstart / "config.json").is_file():
+        if is_checkpoint(self.run.warmstart):
             self.reporter.note(f"using the warm-start checkpoint in {self.run.warmstart}")
             return self._load(self.run.warmstart)
         with self.reporter.task("warm-start (SFT)", self.config.sft.steps) as advance:
@@ -137,14 +140,16 @@ class GRPOTrainer:
         return policy
 
     def _load(self, path: Path) -> Policy:
-        p = self.config.policy
-        return Policy.load(path, p.dtype, p.chat_template, p.attn_implementation)
+        return Policy.from_checkpoint(path, self.config.policy, self.config.seed)
 
-    def _reference(self) -> torch.nn.Module | None:
-        """A frozen copy of the policy GRPO started from; none at all when beta is 0."""
+    def _reference(self) -> torch.nn.Module | AdapterFreeReference | None:
+        """A frozen copy of the policy GRPO started from (with LoRA, the policy's own model
+        with its adapters off); none at all when beta is 0."""
         if self.config.trainer.beta == 0:
             return None
-        if self.config.sft.steps and (self.run.warmstart / "config.json").is_file():
+        if self.policy.has_adapters:
+            return AdapterFreeReference(self.policy.model)
+        if self.config.sft.steps and is_checkpoint(self.run.warmstart):
             ref = self._load(self.run.warmstart).model
         elif self.step == 0:
             ref = copy.deepcopy(self.policy.model)
@@ -171,6 +176,7 @@ class GRPOTrainer:
             self.policy = self.warm_start()
         if self.config.trainer.disable_dropout:
             disable_dropout(self.policy.model)
+        self.reporter.note(describe_policy(self.policy, self.world_size))
         if (
             self.config.trainer.beta > 0
             and not self.config.trainer.kl_in_reward
@@ -378,6 +384,7 @@ class GRPOTrainer:
 
     def train_step(self) -> dict[str, float]:
         started = time.perf_counter()
+        reset_peak_memory(self.policy.device)
         rolled, penalties, metrics = self.collect()
         self.rollouts_generated += (
             int(metrics["sampling/groups_drawn"]) * self.config.trainer.num_generations
@@ -417,6 +424,7 @@ class GRPOTrainer:
         metrics["perf/rollout_time"] = rollout_time
         metrics["perf/update_time"] = time.perf_counter() - update_started
         metrics["perf/tokens_per_second"] = completion_tokens / max(elapsed, 1e-9)
+        metrics["perf/peak_memory_gb"] = peak_memory_gb(self.policy.device)
         self.log_samples(groups)
         return metrics
 
@@ -425,7 +433,7 @@ class GRPOTrainer:
 
     def rollout_metrics(self, groups: list[Group]) -> dict[str, float]:
         trajs = [(g.env, t) for g in groups for t in g.trajectories]
-        rewards = torch.tensor([t.reward for _, t in trajs], dtype=torch.float64)
+        rewards = torch.tensor([t.reward for _, t in trajs], dtype=torch.float64, device="cpu")
         lengths = [len(s.completion_ids) for _, t in trajs for s in t.segments]
         out = {
             "reward/mean": float(rewards.mean()),
@@ -582,6 +590,21 @@ class GRPOTrainer:
             "seconds": round(seconds, 1),
             "checkpoint": str(latest[1]) if latest else None,
         }
+
+
+def describe_policy(policy: Policy, world_size: int) -> str:
+    """The line a run starts with: where it trains, in which precision, on how many processes,
+    and how many of the parameters train."""
+    params = list(policy.model.parameters())
+    total = sum(p.numel() for p in params)
+    trainable = sum(p.numel() for p in params if p.requires_grad)
+    dtype = dtype_name(params[0].dtype)  # the embeddings: the base model's dtype
+    adapters = ", LoRA" if policy.has_adapters else ""
+    return (
+        f"policy on {policy.device}, {dtype}{adapters}, {world_size} learner process"
+        f"{'es' if world_size > 1 else ''}; trainable parameters {trainable:,} of {total:,} "
+        f"({100 * trainable / max(total, 1):.2f}%)"
+    )
 
 
 def _reward_kl(

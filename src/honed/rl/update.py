@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -35,6 +36,7 @@ from transformers import PreTrainedModel
 
 from honed.config import TrainerConfig
 from honed.models.dropout import dropout_active
+from honed.models.lora import AdapterFreeReference
 from honed.models.policy import Policy
 from honed.models.scoring import ScoreBatch, build_batch, score
 from honed.rewards.units import group_units, unit_rewards
@@ -164,12 +166,15 @@ def prepare(
     return Prepared(sequences, kept, stds, zero, metrics)
 
 
-def _pad(rows: list[list[float]], width: int, dtype=torch.float32) -> torch.Tensor:
-    out = torch.zeros((len(rows), width), dtype=dtype)
+def _pad(
+    rows: list[list[float]], width: int, device: torch.device, dtype=torch.float32
+) -> torch.Tensor:
+    """Rows right-padded with 0 to `width`, built on the CPU and moved to `device` at once."""
+    out = torch.zeros((len(rows), width), dtype=dtype, device="cpu")
     for i, r in enumerate(rows):
         if r:
-            out[i, : len(r)] = torch.as_tensor(r[:width], dtype=dtype)
-    return out
+            out[i, : len(r)] = torch.as_tensor(r[:width], dtype=dtype, device="cpu")
+    return out.to(device)
 
 
 @dataclass
@@ -181,6 +186,13 @@ class _MicroBatch:
     ref: torch.Tensor | None
 
 
+def _scope(target: torch.nn.Module | AdapterFreeReference) -> AbstractContextManager:
+    """The model to score with: `target` itself, or the policy with its adapters off."""
+    if isinstance(target, AdapterFreeReference):
+        return target.scope()
+    return nullcontext(target)
+
+
 class PolicyUpdate:
     """The GRPO optimizer step: clipped surrogate (+ β·KL), global normaliser, micro-batches."""
 
@@ -190,9 +202,11 @@ class PolicyUpdate:
         optimizer: torch.optim.Optimizer,
         scheduler: torch.optim.lr_scheduler.LRScheduler,
         settings: TrainerConfig,
-        reference: PreTrainedModel | None = None,
+        reference: PreTrainedModel | AdapterFreeReference | None = None,
         importance_sampling_cap: float = 2.0,
     ) -> None:
+        """`reference` is a frozen model, or with LoRA the policy's own model with its
+        adapters off (`AdapterFreeReference`)."""
         if settings.beta > 0 and reference is None:
             raise ValueError("beta > 0 needs a reference model")
         self.policy = policy
@@ -210,16 +224,28 @@ class PolicyUpdate:
         size = self.settings.micro_batch_size or max(1, n)
         return [list(range(s, min(n, s + size))) for s in range(0, n, size)]
 
-    def _score(self, model: torch.nn.Module, batch: ScoreBatch) -> torch.Tensor:
+    def _score(
+        self, target: torch.nn.Module | AdapterFreeReference, batch: ScoreBatch
+    ) -> torch.Tensor:
         """Log-probs of a batch without gradient and with dropout off (π_old, π_ref)."""
-        training = model.training
-        model.eval()
-        try:
-            with torch.inference_mode():
-                logp = score(model, batch, self.settings.temperature).logprobs
-        finally:
-            model.train(training)
+        with _scope(target) as model:
+            training = model.training
+            model.eval()
+            try:
+                with torch.inference_mode():
+                    logp = score(model, batch, self.settings.temperature).logprobs
+            finally:
+                model.train(training)
         return logp.clone()
+
+    def _batch(
+        self,
+        prompts: list[list[int]],
+        completions: list[list[int]],
+        masks: list[list[int]],
+    ) -> ScoreBatch:
+        """A scoring batch on the policy's device (moved once, reused by every iteration)."""
+        return build_batch(prompts, completions, masks, self.policy.pad_id).to(self.policy.device)
 
     def reward_penalties(self, groups: list[Group]) -> list[Penalties]:
         """The KL reward penalty β·Σ_t (log π_old − log π_ref) of every segment of `groups`.
@@ -238,24 +264,24 @@ class PolicyUpdate:
         scored = [x for x in segments if x[3].completion_ids]
         for idx in self.micro_batches(len(scored)):
             chunk = [scored[i][3] for i in idx]
-            batch = build_batch(
+            batch = self._batch(
                 [s.prompt_ids for s in chunk],
                 [s.completion_ids for s in chunk],
                 [list(s.mask()) for s in chunk],
-                self.policy.pad_id,
             )
             logp = self._score(self.policy.model, batch)
             ref = self._score(self.reference, batch)
             penalty = kl_reward_penalty(logp, ref, batch.completion_mask.float(), settings.beta)
+            penalty_cpu = penalty.cpu()  # one copy from the device, not one per row
             for row, i in enumerate(idx):
                 gi, ti, si, _ = scored[i]
-                out[gi][ti][si] = float(penalty[row])
+                out[gi][ti][si] = float(penalty_cpu[row])
         return out
 
     def step(self, sequences: list[TrainSequence]) -> dict[str, float]:
         """Run `num_iterations` optimizer steps on the sequences; the scheduler advances once."""
         settings = self.settings
-        masks = [torch.as_tensor(s.mask, dtype=torch.float32) for s in sequences]
+        masks = [torch.as_tensor(s.mask, dtype=torch.float32, device="cpu") for s in sequences]
         weights = token_weights(masks, settings.loss_type, settings.max_completion_length)
         stats: dict[str, float] = {}
         # per micro-batch: the batch, π_old (the learner at the start of the step) and π_ref,
@@ -287,11 +313,10 @@ class PolicyUpdate:
         dropout would make the update's own forward differ from it."""
         if mb in cache:
             return cache[mb], cache[mb].batch
-        batch = build_batch(
+        batch = self._batch(
             [s.prompt_ids for s in chunk],
             [s.completion_ids for s in chunk],
             [s.mask for s in chunk],
-            self.policy.pad_id,
         )
         if dropout_active(self.policy.model):
             ref = self._score(self.reference, batch) if self.kl_in_loss else None
@@ -350,22 +375,25 @@ class PolicyUpdate:
             # no dropout: this first forward is π_old itself, so the ratio is exactly 1
             ref = self._score(self.reference, batch) if self.kl_in_loss else None
             state = cache[mb] = _MicroBatch(batch, logp.detach(), ref)
-        w = torch.zeros((len(chunk), width), dtype=torch.float32)
+        device = logp.device
+        w = torch.zeros((len(chunk), width), dtype=torch.float32, device="cpu")
         for row, weight in enumerate(weights):
             w[row, : len(weight)] = weight.to(torch.float32)
-        off = torch.as_tensor([s.off_policy for s in chunk], dtype=torch.bool)[:, None]
+        w = w.to(device)
+        off = torch.as_tensor([s.off_policy for s in chunk], dtype=torch.bool, device=device)
+        advantages = [s.advantage for s in chunk]
         out = grpo_loss(
             logp,
             state.old,
-            torch.as_tensor([s.advantage for s in chunk], dtype=torch.float32),
+            torch.as_tensor(advantages, dtype=torch.float32, device=device),
             w,
             epsilon_low=settings.epsilon,
             epsilon_high=settings.clip_high,
             ref_logp=state.ref,
             beta=settings.beta,
             kl_estimator=settings.kl_estimator,
-            behaviour_logp=_pad([s.old_logprobs for s in chunk], width),
-            off_policy=off & scores.mask.bool(),
+            behaviour_logp=_pad([s.old_logprobs for s in chunk], width, device),
+            off_policy=off[:, None] & scores.mask.bool(),
             importance_sampling_cap=self.importance_sampling_cap,
         )
         out.loss.backward()
