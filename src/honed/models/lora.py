@@ -24,8 +24,9 @@ from transformers import PreTrainedModel
 
 from honed.config import LoraSettings
 from honed.errors import HonedError
+from honed.models.sources import is_adapter_dir, is_checkpoint
 
-ADAPTER_CONFIG = "adapter_config.json"
+__all__ = ["AdapterFreeReference", "add_adapters", "is_adapter_dir", "is_checkpoint", "merged"]
 
 
 def require_peft() -> None:
@@ -33,16 +34,6 @@ def require_peft() -> None:
         raise HonedError(
             "policy.lora needs the peft package: pip install peft (or: pip install 'honed[lora]')"
         )
-
-
-def is_adapter_dir(path: Path) -> bool:
-    """Whether `path` holds a peft adapter (rather than a whole model)."""
-    return (Path(path) / ADAPTER_CONFIG).is_file()
-
-
-def is_checkpoint(path: Path) -> bool:
-    """Whether `path` holds a policy checkpoint: a whole model or an adapter."""
-    return (Path(path) / "config.json").is_file() or is_adapter_dir(path)
 
 
 def has_adapters(model: torch.nn.Module) -> bool:

@@ -103,6 +103,19 @@ def resolve_model(model: str, gguf_file: str | None = None) -> Path:
     )
 
 
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def is_adapter_dir(path: Path) -> bool:
+    """Whether `path` holds a peft adapter (rather than a whole model)."""
+    return (Path(path) / ADAPTER_CONFIG).is_file()
+
+
+def is_checkpoint(path: Path) -> bool:
+    """Whether `path` holds a policy checkpoint: a whole model, or a LoRA adapter."""
+    return (Path(path) / "config.json").is_file() or is_adapter_dir(path)
+
+
 def file_digest(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
