@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import traceback
@@ -117,6 +118,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="delete an existing run in --run-dir and start again",
     )
+    train.add_argument(
+        "--nproc",
+        type=int,
+        default=1,
+        metavar="N",
+        help="learner processes on this machine, one per GPU (data-parallel; "
+        "trainer.parallel chooses ddp or fsdp); torchrun --nproc-per-node N -m honed train "
+        "does the same and spans machines",
+    )
 
     sft = sub.add_parser(
         "sft",
@@ -186,17 +196,25 @@ def resolve_run_dir(args: argparse.Namespace, config: Config | SkillsConfig) -> 
 def cmd_train(args: argparse.Namespace) -> int:
     from honed.rl.trainer import GRPOTrainer
 
+    if args.nproc < 1:
+        raise HonedError(f"--nproc must be at least 1, not {args.nproc}")
+    if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
+        from honed.distributed.launch import launch
+
+        load_config(args.config, args.override)  # a bad config stops here, once
+        return launch(_without_nproc(args.argv), args.nproc)
+    main_process = os.environ.get("RANK", "0") == "0"
     config = load_config(args.config, args.override)
     run = resolve_run_dir(args, config)
     holds_run = run.config_path.exists() and (run.metrics_path.exists() or run.checkpoints.exists())
-    if holds_run and not (args.resume or args.overwrite):
+    if holds_run and not (args.resume or args.overwrite) and main_process:
         raise HonedError(
             f"{run.path} already holds a run; pass --resume to continue it, --overwrite to "
             "replace it, or --run-dir to start another"
         )
-    if args.overwrite and run.path.exists():
+    if args.overwrite and run.path.exists() and main_process:
         shutil.rmtree(run.path)
-    reporter = Reporter(enabled=not args.quiet and config.logging.progress)
+    reporter = Reporter(enabled=not args.quiet and config.logging.progress and main_process)
     reporter.note(f"run directory: {run.path}")
     trainer = GRPOTrainer(config, run, reporter)
     summary = trainer.train(resume=args.resume)
@@ -229,6 +247,19 @@ def cmd_train(args: argparse.Namespace) -> int:
     )
     reporter.note(f"summary: {run.summary_path}")
     return 0
+
+
+def _without_nproc(argv: list[str]) -> list[str]:
+    """The command line each learner process runs: this one without `--nproc N`."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--nproc":
+            skip = True
+        elif not arg.startswith("--nproc="):
+            out.append(arg)
+    return out
 
 
 def _fmt(value: float | None) -> str:
@@ -534,7 +565,9 @@ _python_showwarning = warnings.showwarning
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv
     warnings.showwarning = _show_deprecation
     try:
         return COMMANDS[args.command](args)

@@ -27,9 +27,11 @@ import yaml
 
 from honed.config import Config, dump_config, format_change
 from honed.distributed import RolledGroup, RolloutPipeline, RolloutRequest, build_backend
+from honed.distributed.learner import LearnerGroup, ShardedBackend
 from honed.envs.base import Environment
 from honed.envs.registry import build_envs as build_config_envs
-from honed.models.device import dtype_name, peak_memory_gb, reset_peak_memory
+from honed.errors import HonedError
+from honed.models.device import dtype_name, peak_memory_gb, reset_peak_memory, resolve_device
 from honed.models.dropout import disable_dropout
 from honed.models.lora import AdapterFreeReference, is_checkpoint
 from honed.models.policy import Policy
@@ -50,8 +52,8 @@ from honed.runs.lifecycle import (
 )
 from honed.runs.plots import plot_rewards
 from honed.runs.progress import Reporter
-from honed.runs.rundir import STATE_FILE, RunDir
-from honed.runs.sinks import Sinks
+from honed.runs.rundir import STATE_FILE, ReadOnlyRunDir, RunDir
+from honed.runs.sinks import NoSinks, Sinks
 from honed.runs.state import load_state, rng_state, save_state, set_rng_state
 from honed.sampling.sampler import Sampler
 from honed.types import Group, derive_seed
@@ -81,8 +83,17 @@ def build_envs(config: Config) -> dict[str, Environment]:
 class GRPOTrainer:
     def __init__(self, config: Config, run: RunDir, reporter: Reporter | None = None) -> None:
         self.config = config
-        self.run = run
-        self.reporter = reporter or Reporter(enabled=False)
+        if config.trainer.parallel == "fsdp":
+            raise HonedError(
+                "trainer.parallel: fsdp is not available in this version of honed (the sharded "
+                "learner is not built yet); use trainer.parallel: ddp, or LoRA and gradient "
+                "checkpointing to fit a larger model on each device"
+            )
+        self.learners = LearnerGroup.from_env(resolve_device(config.policy.device))
+        self.world_size = self.learners.world_size
+        # rank 0 alone writes the run directory and prints
+        self.run = run if self.learners.is_main else ReadOnlyRunDir(run.path)
+        self.reporter = reporter if reporter and self.learners.is_main else Reporter(enabled=False)
         if config.torch_threads:
             torch.set_num_threads(config.torch_threads)
         seed_everything(config.seed)
@@ -101,7 +112,6 @@ class GRPOTrainer:
         self.policy: Policy | None = None
         self.resume_changes: list[Change] = []
         self.final_eval: dict[str, float] | None = None
-        self.world_size = 1
 
     # ------------------------------------------------------------------ set-up
 
@@ -136,7 +146,8 @@ class GRPOTrainer:
                 derive_seed(self.config.seed, "sft"),
                 on_step=lambda step, loss: advance(f"loss {loss:.3f}"),
             )
-        atomic_write_dir(self.run.warmstart, policy.save)
+        if self.learners.is_main:
+            atomic_write_dir(self.run.warmstart, policy.save)
         return policy
 
     def _load(self, path: Path) -> Policy:
@@ -209,14 +220,18 @@ class GRPOTrainer:
             self.config.trainer,
             self._reference(),
             self.config.distributed.importance_sampling_cap,
+            self.learners,
         )
         self.rollouts = build_backend(self.config, self.envs, self.policy, self.run.path)
+        if self.learners.distributed:
+            self.rollouts = ShardedBackend(self.rollouts, self.learners)
         self.pipeline = RolloutPipeline(self.rollouts, self.config.distributed.max_staleness)
         if state is not None:
             self.pipeline.load_state_dict(state.get("rollout_queue", []), self.sampler.items)
         self.rollouts.sync_weights(self.policy, self.step)
         resumed_step = self.step if state is not None else None
-        self.life.start(dump_config(self.config), Sinks(self.run, self.config), resumed_step)
+        sinks = Sinks(self.run, self.config) if self.learners.is_main else NoSinks()
+        self.life.start(dump_config(self.config), sinks, resumed_step)
 
     def _restore(self, state: dict[str, Any], path: Path) -> None:
         """Put a checkpoint's state back: the step, optimizer moments, sampler and curricula,
@@ -305,8 +320,9 @@ class GRPOTrainer:
             self.policy.save(tmp)
             save_state(state, tmp / STATE_FILE)
 
-        atomic_write_dir(path, fill)
-        self.run.prune(self.config.checkpoint.keep_last)
+        if self.learners.is_main:  # the state is the same on every process: written once
+            atomic_write_dir(path, fill)
+            self.run.prune(self.config.checkpoint.keep_last)
         return path
 
     # ------------------------------------------------------------------ one step
@@ -399,7 +415,9 @@ class GRPOTrainer:
         metrics.update(prepared.metrics)
         update_started = time.perf_counter()
         if prepared.sequences:
-            metrics.update(self.update.step(prepared.sequences))
+            mine = self.learners.shard(len(groups))  # whole groups per learner process
+            owned = [s.group in mine for s in prepared.sequences]
+            metrics.update(self.update.step(prepared.sequences, owned))
         else:
             metrics.update(self.update.skip())
         if self.config.trainer.kl_in_reward:
@@ -484,6 +502,7 @@ class GRPOTrainer:
             return self._train()
         finally:
             self.rollouts.close()
+            self.learners.close()
 
     def _train(self) -> dict[str, Any]:
         self._initial_evaluations()
@@ -500,7 +519,8 @@ class GRPOTrainer:
         else:
             self.reporter.note(f"final evaluation: the one already logged at step {self.step}")
         summary = self.life.close(self.summary(final_eval, self.life.seconds))
-        plot_rewards(self.run.read_jsonl(self.run.metrics_path), self.run.file("reward.png"))
+        if self.learners.is_main:
+            plot_rewards(self.run.read_jsonl(self.run.metrics_path), self.run.file("reward.png"))
         return summary
 
     def _initial_evaluations(self) -> None:
@@ -530,6 +550,11 @@ class GRPOTrainer:
         if every and self.step % every == 0:
             self.final_eval = self.evaluate_policy()
             record.update({f"eval/{k}": v for k, v in self.final_eval.items()})
+
+    def agree_to_stop(self, requested: bool) -> bool:
+        """Whether any learner process was asked to stop (Ctrl-C): all stop after the same
+        step, so that the checkpoint rank 0 writes is the state of every process."""
+        return self.learners.any(requested, self.policy.device)
 
     def checkpoint_due(self) -> bool:
         every = self.config.checkpoint.every

@@ -35,6 +35,7 @@ import torch
 from transformers import PreTrainedModel
 
 from honed.config import TrainerConfig
+from honed.distributed.learner import LearnerGroup
 from honed.models.dropout import dropout_active
 from honed.models.lora import AdapterFreeReference
 from honed.models.policy import Policy
@@ -61,6 +62,7 @@ class TrainSequence:
     old_logprobs: list[float]
     advantage: float
     off_policy: bool = False
+    group: int = 0  # the index of its group among the step's groups
 
 
 @dataclass
@@ -135,7 +137,9 @@ def prepare(
     zero = [s < settings.zero_std_tolerance for s in stds]
     sequences: list[TrainSequence] = []
     kept: list[Group] = []
-    for group, adv, is_zero, off in zip(groups, advantages, zero, off_policy, strict=True):
+    for index, (group, adv, is_zero, off) in enumerate(
+        zip(groups, advantages, zero, off_policy, strict=True)
+    ):
         if is_zero and settings.filter_zero_std:
             continue
         kept.append(group)
@@ -156,6 +160,7 @@ def prepare(
                         seg.logprobs,
                         float(a),
                         off,
+                        index,
                     )
                 )
     metrics = {
@@ -204,9 +209,11 @@ class PolicyUpdate:
         settings: TrainerConfig,
         reference: PreTrainedModel | AdapterFreeReference | None = None,
         importance_sampling_cap: float = 2.0,
+        learners: LearnerGroup | None = None,
     ) -> None:
         """`reference` is a frozen model, or with LoRA the policy's own model with its
-        adapters off (`AdapterFreeReference`)."""
+        adapters off (`AdapterFreeReference`). With several learner processes (`learners`),
+        each trains on its own sequences and the gradients are summed over the processes."""
         if settings.beta > 0 and reference is None:
             raise ValueError("beta > 0 needs a reference model")
         self.policy = policy
@@ -215,6 +222,7 @@ class PolicyUpdate:
         self.settings = settings
         self.reference = reference
         self.importance_sampling_cap = importance_sampling_cap
+        self.learners = learners or LearnerGroup()
 
     @property
     def kl_in_loss(self) -> bool:
@@ -278,11 +286,21 @@ class PolicyUpdate:
                 out[gi][ti][si] = float(penalty_cpu[row])
         return out
 
-    def step(self, sequences: list[TrainSequence]) -> dict[str, float]:
-        """Run `num_iterations` optimizer steps on the sequences; the scheduler advances once."""
+    def step(
+        self, sequences: list[TrainSequence], owned: Sequence[bool] | None = None
+    ) -> dict[str, float]:
+        """Run `num_iterations` optimizer steps on the sequences; the scheduler advances once.
+
+        `sequences` are the whole step's, on every learner process: the loss's token weights
+        (its normaliser) are computed over all of them, and this process backpropagates those
+        it `owned` (all, by default); the gradients are then summed over the processes.
+        """
         settings = self.settings
         masks = [torch.as_tensor(s.mask, dtype=torch.float32, device="cpu") for s in sequences]
         weights = token_weights(masks, settings.loss_type, settings.max_completion_length)
+        if owned is not None:
+            mine = [i for i, own in enumerate(owned) if own]
+            sequences, weights = [sequences[i] for i in mine], [weights[i] for i in mine]
         stats: dict[str, float] = {}
         # per micro-batch: the batch, π_old (the learner at the start of the step) and π_ref,
         # scored once in the first iteration and reused by later ones
@@ -336,6 +354,8 @@ class PolicyUpdate:
         sums = dict.fromkeys(_SUMS, 0.0)
         for mb, idx in enumerate(self.micro_batches(len(sequences))):
             self._backward(mb, [sequences[i] for i in idx], [weights[i] for i in idx], cache, sums)
+        if self.learners.distributed:
+            self._sum_over_processes(model, sums)
         max_norm = self.settings.max_grad_norm if self.settings.max_grad_norm else math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         self.optimizer.step()
@@ -355,6 +375,19 @@ class PolicyUpdate:
             "is/capped_frac": sums["capped"] / off_tok,
             "is/weight_mean": sums["is_weight"] / off_tok if sums["off"] else 1.0,
         }
+
+    def _sum_over_processes(self, model: torch.nn.Module, sums: dict[str, float]) -> None:
+        """Every trainable parameter's gradient, and the statistics, summed over the learner
+        processes (a process without a sequence this step contributes zeros)."""
+        params = [p for p in model.parameters() if p.requires_grad]
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        totals = torch.tensor(
+            [sums[k] for k in _SUMS], dtype=torch.float64, device=self.policy.device
+        )
+        self.learners.sum_([p.grad for p in params] + [totals])
+        sums.update(zip(_SUMS, totals.tolist(), strict=True))
 
     def _backward(
         self,
