@@ -99,5 +99,5 @@ def test_lora_weight_sync_without_adapters_is_refused(tmp_path):
             f"distributed.server={{base_url: {server.base_url}, model: {server.model}}}",
             "distributed.server.weight_sync=lora",
         )
-        with pytest.raises(HonedError, match="needs policy.lora"):
+        with pytest.raises(HonedError, match=r"needs policy\.lora"):
             GRPOTrainer(config, RunDir(tmp_path / "run")).train()
