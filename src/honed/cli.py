@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import traceback
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 from honed import __version__
 from honed.config import Config, load_config
 from honed.errors import HonedDeprecationWarning, HonedError
+from honed.models.sources import is_checkpoint
 from honed.runs.files import atomic_write_dir, atomic_write_json
 from honed.runs.lifecycle import RunInterrupted
 from honed.runs.progress import Reporter
@@ -116,6 +118,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="delete an existing run in --run-dir and start again",
     )
+    train.add_argument(
+        "--nproc",
+        type=int,
+        default=1,
+        metavar="N",
+        help="learner processes on this machine, one per GPU (data-parallel; "
+        "trainer.parallel chooses ddp or fsdp); torchrun --nproc-per-node N -m honed train "
+        "does the same and spans machines",
+    )
 
     sft = sub.add_parser(
         "sft",
@@ -185,17 +196,25 @@ def resolve_run_dir(args: argparse.Namespace, config: Config | SkillsConfig) -> 
 def cmd_train(args: argparse.Namespace) -> int:
     from honed.rl.trainer import GRPOTrainer
 
+    if args.nproc < 1:
+        raise HonedError(f"--nproc must be at least 1, not {args.nproc}")
+    if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
+        from honed.distributed.launch import launch
+
+        load_config(args.config, args.override)  # a bad config stops here, once
+        return launch(_without_nproc(args.argv), args.nproc)
+    main_process = os.environ.get("RANK", "0") == "0"
     config = load_config(args.config, args.override)
     run = resolve_run_dir(args, config)
     holds_run = run.config_path.exists() and (run.metrics_path.exists() or run.checkpoints.exists())
-    if holds_run and not (args.resume or args.overwrite):
+    if holds_run and not (args.resume or args.overwrite) and main_process:
         raise HonedError(
             f"{run.path} already holds a run; pass --resume to continue it, --overwrite to "
             "replace it, or --run-dir to start another"
         )
-    if args.overwrite and run.path.exists():
+    if args.overwrite and run.path.exists() and main_process:
         shutil.rmtree(run.path)
-    reporter = Reporter(enabled=not args.quiet and config.logging.progress)
+    reporter = Reporter(enabled=not args.quiet and config.logging.progress and main_process)
     reporter.note(f"run directory: {run.path}")
     trainer = GRPOTrainer(config, run, reporter)
     summary = trainer.train(resume=args.resume)
@@ -228,6 +247,19 @@ def cmd_train(args: argparse.Namespace) -> int:
     )
     reporter.note(f"summary: {run.summary_path}")
     return 0
+
+
+def _without_nproc(argv: list[str]) -> list[str]:
+    """The command line each learner process runs: this one without `--nproc N`."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--nproc":
+            skip = True
+        elif not arg.startswith("--nproc="):
+            out.append(arg)
+    return out
 
 
 def _fmt(value: float | None) -> str:
@@ -268,10 +300,10 @@ def _checkpoint_and_run(path: Path) -> tuple[Path, RunDir | None]:
         latest = run.latest_checkpoint()
         if latest is not None:
             return latest[1], run
-        if (run.warmstart / "config.json").is_file():
+        if is_checkpoint(run.warmstart):
             return run.warmstart, run
         raise HonedError(f"{path} has no checkpoint to evaluate yet")
-    if (path / "config.json").is_file():
+    if is_checkpoint(path):
         parent = RunDir(path.parent.parent)
         in_run = path.parent.name == "checkpoints" and parent.config_path.is_file()
         return path, parent if in_run else None
@@ -309,7 +341,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     reporter = Reporter(enabled=not args.quiet)
     config, out = _eval_config_and_out(args, checkpoint, run, reporter)
     envs = build_envs(config)
-    policy = Policy.load(checkpoint, config.policy.dtype, config.policy.chat_template)
+    policy = Policy.from_checkpoint(checkpoint, config.policy, config.seed)
     num_items = args.num_items or config.eval.num_items
     with reporter.status(f"evaluating {checkpoint} on {args.split}"):
         results = evaluate(
@@ -349,8 +381,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from honed.models.sources import is_adapter_dir
+
     path, out = Path(args.path), Path(args.out)
-    if (path / "config.json").is_file():
+    if is_checkpoint(path):
         checkpoint = path
     elif RunDir(path).latest_checkpoint() is not None:
         checkpoint = RunDir(path).latest_checkpoint()[1]
@@ -358,6 +392,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise HonedError(f"{path} is neither a model checkpoint nor a run with a checkpoint")
     if out.exists() and not args.overwrite:
         raise HonedError(f"{out} exists; pass --overwrite to replace it")
+    if is_adapter_dir(checkpoint):
+        _export_merged(checkpoint, out)
+        print(f"exported {checkpoint} to {out}, its LoRA adapter merged into the base model")
+        return 0
     files = [f for f in sorted(checkpoint.iterdir()) if f.is_file() and f.name != STATE_FILE]
 
     def write(folder: Path) -> None:
@@ -369,6 +407,34 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export_merged(checkpoint: Path, out: Path) -> None:
+    """A LoRA checkpoint as a plain Hugging Face model: the run's base model (its config's
+    `policy` section; the only part read, so nothing in it runs code) with the adapter folded
+    into the weights, in float32 on the CPU so that merging rounds nothing."""
+    import yaml
+    from pydantic import ValidationError
+
+    from honed.config import PolicyConfig
+    from honed.models.lora import merged
+    from honed.models.policy import Policy
+
+    run = RunDir(checkpoint.parent.parent)
+    if checkpoint.parent.name != "checkpoints" or not run.config_path.is_file():
+        raise HonedError(
+            f"{checkpoint} holds a LoRA adapter outside a run directory: its base model is "
+            "named in the run's config.yaml; export from the run instead"
+        )
+    data = yaml.safe_load(run.config_path.read_text()) or {}
+    try:
+        settings = PolicyConfig.model_validate(data.get("policy") or {})
+    except ValidationError as exc:
+        raise HonedError(f"{run.config_path}: invalid policy section: {exc}") from exc
+    settings = settings.model_copy(update={"device": "cpu", "dtype": "float32"})
+    policy = Policy.from_checkpoint(checkpoint, settings, int(data.get("seed", 0)))
+    policy.model = merged(policy.model)
+    atomic_write_dir(out, policy.save)
+
+
 def _report_agents(run: RunDir | None, checkpoint: Path, policy: Policy, config: Config) -> dict:
     """The policies an environment report compares: the run's warm-start and the evaluated one."""
     from honed.models.policy import Policy
@@ -376,10 +442,9 @@ def _report_agents(run: RunDir | None, checkpoint: Path, policy: Policy, config:
     agents = {}
     if run is None:
         return {checkpoint.name: policy}
-    if (run.warmstart / "config.json").is_file() and checkpoint != run.warmstart:
-        p = config.policy
-        agents["warm-start agent"] = Policy.load(
-            run.warmstart, p.dtype, p.chat_template, p.attn_implementation
+    if is_checkpoint(run.warmstart) and checkpoint != run.warmstart:
+        agents["warm-start agent"] = Policy.from_checkpoint(
+            run.warmstart, config.policy, config.seed
         )
     if checkpoint == run.warmstart:
         agents["warm-start agent"] = policy
@@ -500,7 +565,9 @@ _python_showwarning = warnings.showwarning
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv
     warnings.showwarning = _show_deprecation
     try:
         return COMMANDS[args.command](args)

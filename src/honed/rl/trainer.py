@@ -27,9 +27,13 @@ import yaml
 
 from honed.config import Config, dump_config, format_change
 from honed.distributed import RolledGroup, RolloutPipeline, RolloutRequest, build_backend
+from honed.distributed.learner import LearnerGroup, ShardedBackend
 from honed.envs.base import Environment
 from honed.envs.registry import build_envs as build_config_envs
+from honed.errors import HonedError
+from honed.models.device import dtype_name, peak_memory_gb, reset_peak_memory, resolve_device
 from honed.models.dropout import disable_dropout
+from honed.models.lora import AdapterFreeReference, is_checkpoint
 from honed.models.policy import Policy
 from honed.rewards import RewardNormalizer
 from honed.rl.evaluate import evaluate
@@ -48,15 +52,15 @@ from honed.runs.lifecycle import (
 )
 from honed.runs.plots import plot_rewards
 from honed.runs.progress import Reporter
-from honed.runs.rundir import STATE_FILE, RunDir
-from honed.runs.sinks import Sinks
+from honed.runs.rundir import STATE_FILE, ReadOnlyRunDir, RunDir
+from honed.runs.sinks import NoSinks, Sinks
 from honed.runs.state import load_state, rng_state, save_state, set_rng_state
 from honed.sampling.sampler import Sampler
 from honed.types import Group, derive_seed
 
 # Settings a resumed run cannot take from a new config: the checkpoint's weights are those of
 # this model, trained after this warm-start.
-FIXED_ON_RESUME = ("policy.model", "policy.gguf_file", "policy.tiny", "sft.")
+FIXED_ON_RESUME = ("policy.model", "policy.gguf_file", "policy.tiny", "policy.lora", "sft.")
 # Settings baked into the requests an asynchronous run has already drawn for coming steps.
 FIXED_WHILE_QUEUED = ("trainer.prompts_per_step", "distributed.max_staleness")
 # The trainer state's layout; `honed.runs.lifecycle.check_format` refuses others.
@@ -79,8 +83,17 @@ def build_envs(config: Config) -> dict[str, Environment]:
 class GRPOTrainer:
     def __init__(self, config: Config, run: RunDir, reporter: Reporter | None = None) -> None:
         self.config = config
-        self.run = run
-        self.reporter = reporter or Reporter(enabled=False)
+        if config.trainer.parallel == "fsdp":
+            raise HonedError(
+                "trainer.parallel: fsdp is not available in this version of honed (the sharded "
+                "learner is not built yet); use trainer.parallel: ddp, or LoRA and gradient "
+                "checkpointing to fit a larger model on each device"
+            )
+        self.learners = LearnerGroup.from_env(resolve_device(config.policy.device))
+        self.world_size = self.learners.world_size
+        # rank 0 alone writes the run directory and prints
+        self.run = run if self.learners.is_main else ReadOnlyRunDir(run.path)
+        self.reporter = reporter if reporter and self.learners.is_main else Reporter(enabled=False)
         if config.torch_threads:
             torch.set_num_threads(config.torch_threads)
         seed_everything(config.seed)
@@ -122,7 +135,7 @@ class GRPOTrainer:
         policy = Policy.from_config(self.config.policy, self.config.seed)
         if self.config.sft.steps == 0:
             return policy
-        if (self.run.warmstart / "config.json").is_file():
+        if is_checkpoint(self.run.warmstart):
             self.reporter.note(f"using the warm-start checkpoint in {self.run.warmstart}")
             return self._load(self.run.warmstart)
         with self.reporter.task("warm-start (SFT)", self.config.sft.steps) as advance:
@@ -133,18 +146,21 @@ class GRPOTrainer:
                 derive_seed(self.config.seed, "sft"),
                 on_step=lambda step, loss: advance(f"loss {loss:.3f}"),
             )
-        atomic_write_dir(self.run.warmstart, policy.save)
+        if self.learners.is_main:
+            atomic_write_dir(self.run.warmstart, policy.save)
         return policy
 
     def _load(self, path: Path) -> Policy:
-        p = self.config.policy
-        return Policy.load(path, p.dtype, p.chat_template, p.attn_implementation)
+        return Policy.from_checkpoint(path, self.config.policy, self.config.seed)
 
-    def _reference(self) -> torch.nn.Module | None:
-        """A frozen copy of the policy GRPO started from; none at all when beta is 0."""
+    def _reference(self) -> torch.nn.Module | AdapterFreeReference | None:
+        """A frozen copy of the policy GRPO started from (with LoRA, the policy's own model
+        with its adapters off); none at all when beta is 0."""
         if self.config.trainer.beta == 0:
             return None
-        if self.config.sft.steps and (self.run.warmstart / "config.json").is_file():
+        if self.policy.has_adapters:
+            return AdapterFreeReference(self.policy.model)
+        if self.config.sft.steps and is_checkpoint(self.run.warmstart):
             ref = self._load(self.run.warmstart).model
         elif self.step == 0:
             ref = copy.deepcopy(self.policy.model)
@@ -171,6 +187,7 @@ class GRPOTrainer:
             self.policy = self.warm_start()
         if self.config.trainer.disable_dropout:
             disable_dropout(self.policy.model)
+        self.reporter.note(describe_policy(self.policy, self.world_size))
         if (
             self.config.trainer.beta > 0
             and not self.config.trainer.kl_in_reward
@@ -204,14 +221,18 @@ class GRPOTrainer:
             self.config.trainer,
             self._reference(),
             self.config.distributed.importance_sampling_cap,
+            self.learners,
         )
         self.rollouts = build_backend(self.config, self.envs, self.policy, self.run.path)
+        if self.learners.distributed:
+            self.rollouts = ShardedBackend(self.rollouts, self.learners)
         self.pipeline = RolloutPipeline(self.rollouts, self.config.distributed.max_staleness)
         if state is not None:
             self.pipeline.load_state_dict(state.get("rollout_queue", []), self.sampler.items)
         self.rollouts.sync_weights(self.policy, self.step)
         resumed_step = self.step if state is not None else None
-        self.life.start(dump_config(self.config), Sinks(self.run, self.config), resumed_step)
+        sinks = Sinks(self.run, self.config) if self.learners.is_main else NoSinks()
+        self.life.start(dump_config(self.config), sinks, resumed_step)
 
     def _restore(self, state: dict[str, Any], path: Path) -> None:
         """Put a checkpoint's state back: the step, optimizer moments, sampler and curricula,
@@ -300,8 +321,9 @@ class GRPOTrainer:
             self.policy.save(tmp)
             save_state(state, tmp / STATE_FILE)
 
-        atomic_write_dir(path, fill)
-        self.run.prune(self.config.checkpoint.keep_last)
+        if self.learners.is_main:  # the state is the same on every process: written once
+            atomic_write_dir(path, fill)
+            self.run.prune(self.config.checkpoint.keep_last)
         return path
 
     # ------------------------------------------------------------------ one step
@@ -379,6 +401,7 @@ class GRPOTrainer:
 
     def train_step(self) -> dict[str, float]:
         started = time.perf_counter()
+        reset_peak_memory(self.policy.device)
         rolled, penalties, metrics = self.collect()
         self.rollouts_generated += (
             int(metrics["sampling/groups_drawn"]) * self.config.trainer.num_generations
@@ -393,7 +416,9 @@ class GRPOTrainer:
         metrics.update(prepared.metrics)
         update_started = time.perf_counter()
         if prepared.sequences:
-            metrics.update(self.update.step(prepared.sequences))
+            mine = self.learners.shard(len(groups))  # whole groups per learner process
+            owned = [s.group in mine for s in prepared.sequences]
+            metrics.update(self.update.step(prepared.sequences, owned))
         else:
             metrics.update(self.update.skip())
         if self.config.trainer.kl_in_reward:
@@ -418,6 +443,7 @@ class GRPOTrainer:
         metrics["perf/rollout_time"] = rollout_time
         metrics["perf/update_time"] = time.perf_counter() - update_started
         metrics["perf/tokens_per_second"] = completion_tokens / max(elapsed, 1e-9)
+        metrics["perf/peak_memory_gb"] = peak_memory_gb(self.policy.device)
         self.log_samples(groups)
         return metrics
 
@@ -426,7 +452,7 @@ class GRPOTrainer:
 
     def rollout_metrics(self, groups: list[Group]) -> dict[str, float]:
         trajs = [(g.env, t) for g in groups for t in g.trajectories]
-        rewards = torch.tensor([t.reward for _, t in trajs], dtype=torch.float64)
+        rewards = torch.tensor([t.reward for _, t in trajs], dtype=torch.float64, device="cpu")
         lengths = [len(s.completion_ids) for _, t in trajs for s in t.segments]
         out = {
             "reward/mean": float(rewards.mean()),
@@ -477,6 +503,7 @@ class GRPOTrainer:
             return self._train()
         finally:
             self.rollouts.close()
+            self.learners.close()
 
     def _train(self) -> dict[str, Any]:
         self._initial_evaluations()
@@ -493,7 +520,8 @@ class GRPOTrainer:
         else:
             self.reporter.note(f"final evaluation: the one already logged at step {self.step}")
         summary = self.life.close(self.summary(final_eval, self.life.seconds))
-        plot_rewards(self.run.read_jsonl(self.run.metrics_path), self.run.file("reward.png"))
+        if self.learners.is_main:
+            plot_rewards(self.run.read_jsonl(self.run.metrics_path), self.run.file("reward.png"))
         return summary
 
     def _initial_evaluations(self) -> None:
@@ -523,6 +551,11 @@ class GRPOTrainer:
         if every and self.step % every == 0:
             self.final_eval = self.evaluate_policy()
             record.update({f"eval/{k}": v for k, v in self.final_eval.items()})
+
+    def agree_to_stop(self, requested: bool) -> bool:
+        """Whether any learner process was asked to stop (Ctrl-C): all stop after the same
+        step, so that the checkpoint rank 0 writes is the state of every process."""
+        return self.learners.any(requested, self.policy.device)
 
     def checkpoint_due(self) -> bool:
         every = self.config.checkpoint.every
@@ -583,6 +616,21 @@ class GRPOTrainer:
             "seconds": round(seconds, 1),
             "checkpoint": str(latest[1]) if latest else None,
         }
+
+
+def describe_policy(policy: Policy, world_size: int) -> str:
+    """The line a run starts with: where it trains, in which precision, on how many processes,
+    and how many of the parameters train."""
+    params = list(policy.model.parameters())
+    total = sum(p.numel() for p in params)
+    trainable = sum(p.numel() for p in params if p.requires_grad)
+    dtype = dtype_name(params[0].dtype)  # the embeddings: the base model's dtype
+    adapters = ", LoRA" if policy.has_adapters else ""
+    return (
+        f"policy on {policy.device}, {dtype}{adapters}, {world_size} learner process"
+        f"{'es' if world_size > 1 else ''}; trainable parameters {trainable:,} of {total:,} "
+        f"({100 * trainable / max(total, 1):.2f}%)"
+    )
 
 
 def _reward_kl(

@@ -171,22 +171,26 @@ class RunLifecycle:
         A first Ctrl-C lets the step under way finish, saves its state and raises
         `RunInterrupted`: a step cut in the middle would leave the sampler, the optimizer or
         the edit budget advanced past what was saved. A second Ctrl-C stops at once, saving
-        nothing; the run then resumes from its last saved state.
+        nothing; the run then resumes from its last saved state. A loop with `agree_to_stop`
+        (several learner processes) stops when any of its processes was asked to.
         """
+        agree = getattr(loop, "agree_to_stop", None)  # several processes stop together
+        stopping = False
         with _deferred_interrupt(self.reporter) as stop:
             try:
                 with self.reporter.task(label, total, start=loop.step) as advance:
-                    while not loop.done() and not stop.requested:
+                    while not loop.done() and not stopping:
                         record = loop.train_step()
                         loop.after_step(record)
                         self.log(loop.step, record)
-                        if loop.checkpoint_due() or stop.requested:
+                        stopping = agree(stop.requested) if agree else stop.requested
+                        if loop.checkpoint_due() or stopping:
                             loop.save()
                         advance(loop.describe(record))
             except KeyboardInterrupt:
                 self.close_sinks()
                 raise RunInterrupted(loop.step, loop.saved(), finished=False) from None
-        if stop.requested:
+        if stopping:
             self.close_sinks()
             raise RunInterrupted(loop.step, loop.saved())
 

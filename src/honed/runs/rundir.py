@@ -145,3 +145,26 @@ class RunDir:
         if not self.summary_path.exists():
             return {}
         return json.loads(self.summary_path.read_text())
+
+
+class ReadOnlyRunDir(RunDir):
+    """A run directory as the learner processes other than rank 0 see it: they read it (the
+    checkpoint to resume from) and write nothing, since rank 0 writes everything once."""
+
+    def create(self) -> None:
+        self.check()
+
+    def write_config(self, text: str) -> None:
+        pass
+
+    def append(self, path: Path, record: dict[str, Any]) -> None:
+        pass
+
+    def truncate_logs(self, last_step: int, keep_start: bool = True) -> None:
+        pass
+
+    def prune(self, keep_last: int) -> None:
+        pass
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        pass

@@ -146,3 +146,10 @@ class Sinks:
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()
+
+
+class NoSinks(Sinks):
+    """Where a learner process other than rank 0 logs: nowhere (rank 0 logs the step)."""
+
+    def __init__(self) -> None:
+        self.sinks = []
