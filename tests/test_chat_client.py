@@ -13,7 +13,14 @@ from openai_server import FakeOpenAIServer, FakeRequest, Reply, completion
 from pydantic import ValidationError
 
 from honed.errors import HonedError
-from honed.models.chat import MAX_DELAY_S, ChatClient, ChatModelConfig, UsageMeter, retry_delay
+from honed.models.chat import (
+    MAX_DELAY_S,
+    ChatClient,
+    ChatFailure,
+    ChatModelConfig,
+    UsageMeter,
+    retry_delay,
+)
 
 USER = [{"role": "user", "content": "what is two plus two"}]
 
@@ -173,24 +180,34 @@ def test_missing_key_variable_is_an_error_at_construction(server, monkeypatch):
         ChatClient(config(server, api_key_env="NOT_SET_ANYWHERE"))
 
 
-def test_chat_many_respects_the_concurrency_limit_and_keeps_order():
+def answers(client: ChatClient, batch, stage: str = "default") -> list[str]:
+    """The answers of `complete_many` in batch order (failures raised)."""
+    out: dict[int, str] = {}
+    for index, result in client.complete_many(batch, stage):
+        if isinstance(result, Exception):
+            raise result
+        out[index] = result.text
+    return [out[i] for i in range(len(batch))]
+
+
+def test_complete_many_respects_the_concurrency_limit():
     def numbered(req: FakeRequest):
         return Reply(200, completion(f"reply to {req.last_user_text}"), delay_s=0.15)
 
     batch = [[{"role": "user", "content": f"q{i}"}] for i in range(12)]
     with FakeOpenAIServer(numbered) as server:
         client = ChatClient(config(server, concurrency=3))
-        assert client.chat_many(batch) == [f"reply to q{i}" for i in range(12)]
+        assert answers(client, batch) == [f"reply to q{i}" for i in range(12)]
         assert server.max_in_flight == 3
         # The limit holds across callers too: two threads sharing the client.
         server.max_in_flight = 0
-        threads = [threading.Thread(target=client.chat_many, args=(batch[:6],)) for _ in range(2)]
+        threads = [threading.Thread(target=answers, args=(client, batch[:6])) for _ in range(2)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         assert server.max_in_flight == 3
-    assert ChatClient(config(server)).chat_many([]) == []
+    assert answers(ChatClient(config(server)), []) == []
 
 
 def test_waiting_for_a_free_slot_does_not_count_against_the_timeout():
@@ -216,15 +233,18 @@ def test_waiting_for_a_free_slot_does_not_count_against_the_timeout():
         assert server.max_in_flight == 1
 
 
-def test_chat_many_raises_the_first_failure():
+def test_complete_many_gives_each_failure_in_its_place_and_keeps_the_other_answers():
     def fail_third(req: FakeRequest):
         if req.last_user_text == "q2":
             return Reply(400, {"error": {"message": "bad item"}})
         return "ok"
 
     batch = [[{"role": "user", "content": f"q{i}"}] for i in range(5)]
-    with FakeOpenAIServer(fail_third) as server, pytest.raises(HonedError, match="bad item"):
-        ChatClient(config(server, concurrency=2)).chat_many(batch)
+    with FakeOpenAIServer(fail_third) as server:
+        results = dict(ChatClient(config(server, concurrency=2)).complete_many(batch))
+    assert isinstance(results[2], ChatFailure) and results[2].kind == "refused"
+    assert "bad item" in str(results[2])
+    assert [results[i].text for i in (0, 1, 3, 4)] == ["ok"] * 4
 
 
 def test_usage_is_summed_per_stage():
@@ -237,13 +257,17 @@ def test_usage_is_summed_per_stage():
     with FakeOpenAIServer(counted) as server:
         meter = UsageMeter()
         client = ChatClient(config(server, concurrency=4), usage=meter)
-        client.chat_many([[{"role": "user", "content": "reflect"}]] * 5, stage="optimizer.reflect")
+        answers(client, [[{"role": "user", "content": "reflect"}]] * 5, stage="optimizer.reflect")
         client.chat([{"role": "user", "content": "rank"}], stage="optimizer.rank")
         client.chat([{"role": "user", "content": "rank"}], stage="optimizer.rank")
     usage = client.usage()
     assert usage["optimizer.reflect"] == {
         "requests": 5,
         "retries": 0,
+        "truncated": 0,
+        "empty": 0,
+        "invalid": 0,
+        "failed": 0,
         "prompt_tokens": 500,
         "completion_tokens": 100,
         "total_tokens": 600,
