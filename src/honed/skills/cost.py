@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from honed.models.chat import Price
-from honed.skills.config import BudgetConfig
+from honed.skills.config import BudgetConfig, SkillsConfig
 
 # (budget key, usage counter, unit as shown)
 _CAPS = (
@@ -78,3 +78,144 @@ def most_minibatches(batch_size: int, minibatch_size: int, failure_only: bool) -
         math.ceil(f / minibatch_size) + math.ceil((batch_size - f) / minibatch_size)
         for f in range(batch_size + 1)
     )
+
+
+@dataclass
+class FirstStep:
+    """The real prompts of a run's first step, with the initial skill: the target's requests
+    for the step's items, the selection items and the evaluation items, and the reflector's
+    prompts at their largest (`None` where the stage is off)."""
+
+    rollout: list[int]  # estimated prompt tokens per request
+    gate: list[int]
+    eval: list[int]
+    reflect: int
+    merge: int | None
+    rank: int | None
+    consolidate: int | None
+
+
+def _mean(values: list[int]) -> int:
+    return math.ceil(sum(values) / len(values)) if values else 0
+
+
+def estimate_stages(
+    config: SkillsConfig,
+    first: FirstStep,
+    total_steps: int,
+    steps_per_epoch: int,
+    consolidation_items: int,
+) -> list[StageEstimate]:
+    """At most how many calls each stage makes over the run, and about how many tokens each
+    takes (see the module's docstring for what the numbers assume)."""
+    train = config.train
+    epochs = math.ceil(total_steps / steps_per_epoch)
+    consolidating = config.consolidation.enabled
+    target_out, reflector_out = config.target.max_tokens, config.reflector.max_tokens
+    # the gate: the initial skill, every step's candidate, every epoch's consolidated skill
+    gate_runs = 1 + total_steps + (epochs if consolidating else 0)
+    rows = [
+        StageEstimate(
+            "rollout", "target", total_steps * train.batch_size, _mean(first.rollout), target_out
+        ),
+        StageEstimate("gate", "target", gate_runs * len(first.gate), _mean(first.gate), target_out),
+        StageEstimate(
+            "reflect",
+            "reflector",
+            total_steps
+            * most_minibatches(train.batch_size, train.minibatch_size, train.failure_only),
+            first.reflect,
+            reflector_out,
+        ),
+    ]
+    if first.merge is not None:
+        rows.append(StageEstimate("merge", "reflector", total_steps, first.merge, reflector_out))
+    if first.rank is not None:
+        rows.append(StageEstimate("rank", "reflector", total_steps, first.rank, reflector_out))
+    if consolidating and first.consolidate is not None:
+        rows.append(
+            StageEstimate(
+                "consolidate_rollout",
+                "target",
+                epochs * 2 * consolidation_items,
+                _mean(first.rollout),
+                target_out,
+            )
+        )
+        rows.append(
+            StageEstimate("consolidate", "reflector", epochs, first.consolidate, reflector_out)
+        )
+    # the held-out evaluation: initial, best and (when it differs) final skill
+    rows.append(StageEstimate("eval", "target", 3 * len(first.eval), _mean(first.eval), target_out))
+    return [row for row in rows if row.calls]
+
+
+ESTIMATE_HEADER = (
+    "stage",
+    "model",
+    "calls (at most)",
+    "prompt tokens (about)",
+    "completion tokens (at most)",
+    "USD (about)",
+)
+
+
+def estimate_report(
+    config: SkillsConfig, rows: list[StageEstimate]
+) -> tuple[list[list[object]], list[str]]:
+    """The dry run's table (`ESTIMATE_HEADER`, a total last) and the notes that go with it: what
+    the numbers leave out, and where the run stands against its `budget`."""
+    models = {"target": config.target, "reflector": config.reflector}
+    table: list[list[object]] = []
+    total_prompt, total_completion, total_usd, calls = 0, 0, 0.0, 0
+    unbounded = unpriced = False
+    for row in rows:
+        model = models[row.role]
+        usd = row.usd(model.price)
+        completion = row.total_completion()
+        table.append([row.stage, row.role, row.calls, row.total_prompt(), completion, usd])
+        calls += row.calls
+        total_prompt += row.total_prompt()
+        unbounded |= completion is None
+        total_completion += completion or 0
+        unpriced |= usd is None
+        total_usd += usd or 0.0
+    table.append(
+        [
+            "total",
+            "",
+            calls,
+            total_prompt,
+            None if unbounded else total_completion,
+            None if unpriced else total_usd,
+        ]
+    )
+    notes = [
+        "calls are first attempts: each may be retried up to max_retries times (target "
+        f"{config.target.max_retries}, reflector {config.reflector.max_retries}), and answers "
+        "already cached cost nothing",
+        "prompt tokens are estimated from the first step's prompts with the initial skill; the "
+        f"skill may grow to skill.max_chars ({config.skill.max_chars:,} characters)",
+    ]
+    for role, model in models.items():
+        if model.max_tokens is None:
+            notes.append(
+                f"{config.key(role + '.max_tokens')} is not set: completions are unbounded"
+            )
+        if model.price is None:
+            notes.append(f"no {config.key(role + '.price')}: no cost for the {role}'s calls")
+    totals = {"requests": calls, "total_tokens": total_prompt + total_completion, "usd": total_usd}
+    for key, counter, unit in _CAPS:
+        cap = getattr(config.budget, key)
+        if cap is None:
+            continue
+        reach = totals[counter] >= cap or (counter != "requests" and unbounded)
+        notes.append(
+            f"budget.{key} {cap:,} {unit}: "
+            + (
+                "the run may reach it and then stops after that step"
+                if reach
+                else "the run stays within it"
+            )
+        )
+    return table, notes

@@ -41,7 +41,7 @@ from honed.config import dump_config
 from honed.envs.base import SingleTurnEnv
 from honed.envs.registry import build_envs
 from honed.errors import HonedError
-from honed.models.chat import USAGE_FIELDS, ChatClient, UsageMeter
+from honed.models.chat import BYTES_PER_TOKEN, USAGE_FIELDS, ChatClient, UsageMeter
 from honed.runs.files import atomic_write_dir, atomic_write_json, atomic_write_text
 from honed.runs.lifecycle import (
     Change,
@@ -55,13 +55,37 @@ from honed.runs.progress import Reporter
 from honed.runs.sinks import Sinks
 from honed.sampling.sampler import Sampler
 from honed.skills.config import SkillsConfig
-from honed.skills.consolidate import propose
-from honed.skills.cost import budget_spent
+from honed.skills.consolidate import EXAMPLES_PER_OUTCOME, OUTCOMES, consolidation_prompt, propose
+from honed.skills.cost import (
+    FirstStep,
+    StageEstimate,
+    budget_spent,
+    estimate_stages,
+    most_minibatches,
+)
 from honed.skills.document import ApplyReport, SkillDocument, SkillFormatError
 from honed.skills.edits import Edit
 from honed.skills.gate import Gate, GateDecision
-from honed.skills.merge import MergeResult, Ranking, dedupe, llm_merge, rank
-from honed.skills.reflect import Evidence, Reflection, StepBuffer, minibatches, reflect
+from honed.skills.merge import (
+    MergeResult,
+    PoolEdit,
+    Ranking,
+    dedupe,
+    llm_merge,
+    merge_prompt,
+    rank,
+    rank_prompt,
+)
+from honed.skills.reflect import (
+    FAILURE,
+    Evidence,
+    Minibatch,
+    Reflection,
+    StepBuffer,
+    fitted_prompt,
+    minibatches,
+    reflect,
+)
 from honed.skills.reflector import Reflector
 from honed.skills.resume import check_changes, config_changes
 from honed.skills.rollout import (
@@ -75,7 +99,7 @@ from honed.skills.rollout import (
     metrics,
 )
 from honed.skills.rundir import SkillRunDir
-from honed.types import Group, Item, Trajectory, derive_seed
+from honed.types import Group, Item, Trajectory, derive_seed, prompt_text
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +109,8 @@ STATE_FORMAT = 1
 SKIPPED_STEPS_TO_STOP = 3
 # Share of a step's fresh target replies cut at max_tokens above which the run warns (once).
 TRUNCATED_SHARE_TO_WARN = 0.1
+# What a dry run assumes a proposed edit is, for the merge and rank prompts: a sentence or two.
+ASSUMED_EDIT = "- " + "When the task says so, answer in the form it asks for. " * 3
 
 
 def build_skill_envs(config: SkillsConfig) -> dict[str, SingleTurnEnv]:
@@ -304,6 +330,73 @@ class SkillTrainer:
         if in_step:
             raise StopRun(Stop("server", message, error=True))
         raise HonedError(message)
+
+    # ------------------------------------------------------------------ cost
+
+    def estimate(self) -> list[StageEstimate]:
+        """At most how many calls each stage of the run makes, and about how many tokens, from
+        the real prompts of its first step (`honed skills train --dry-run`; see
+        `honed.skills.cost`). Asks no model and writes nothing."""
+        config = self.config
+        try:
+            skill = SkillDocument(config.skill.initial_text())
+        except SkillFormatError as exc:
+            raise HonedError(f"skill.init: {exc}") from None
+        runner = TargetRunner(self.target, self.envs, config.skill.preamble)
+        sampler = Sampler.from_config(self.envs, config.envs, config.curriculum, config.seed)
+        items = sampler.next_items(config.train.batch_size, 0, self.total_steps)
+        ev = config.eval
+
+        def target_tokens(chosen: list[Item]) -> list[int]:
+            return [
+                self.target.estimate_tokens(runner.messages(skill, self.envs[i.env].prompt(i)))
+                for i in chosen
+            ]
+
+        # the longest reply the reflector can be shown: cut as evidence, or the target's cap
+        reply_chars = config.train.max_evidence_chars
+        if config.target.max_tokens is not None:
+            reply_chars = min(reply_chars, int(config.target.max_tokens * BYTES_PER_TOKEN))
+        answers = [
+            Rollout(i.env, i.key, prompt_text(self.envs[i.env].prompt(i)), "x" * reply_chars, 0, 0)
+            for i in items
+        ]
+        batch = Minibatch(FAILURE, answers[: config.train.minibatch_size])
+        budget = self.edit_budget.max_lr
+        prompt, _ = fitted_prompt(self.reflector, skill, batch, StepBuffer(), budget, self.evidence)
+        reflect_tokens = self.reflector.estimate_tokens(prompt or "")
+        train = config.train
+        pool = [
+            PoolEdit(Edit("append", "", ASSUMED_EDIT), first_seen=n)
+            for n in range(
+                most_minibatches(train.batch_size, train.minibatch_size, train.failure_only)
+                * budget
+            )
+        ]
+        pairs = [(a, a) for a in answers[:EXAMPLES_PER_OUTCOME]]
+        classes = {name: list(pairs) for name in OUTCOMES}
+        first = FirstStep(
+            rollout=target_tokens(items),
+            gate=target_tokens(self.gate_items),
+            eval=target_tokens(evaluation_items(self.envs, ev.split, ev.num_items)),
+            reflect=reflect_tokens,
+            merge=self.reflector.estimate_tokens(merge_prompt(skill, pool))
+            if train.merge == "llm"
+            else None,
+            rank=self.reflector.estimate_tokens(
+                rank_prompt(skill, pool, budget, self.edit_budget.is_autonomous)
+            )
+            if train.rank == "llm"
+            else None,
+            consolidate=self.reflector.estimate_tokens(
+                consolidation_prompt(skill, config.consolidation.region, classes, self.evidence)
+            ),
+        )
+        train_items = sum(len(env.items("train")) for env in self.envs.values())
+        consolidation_items = min(config.consolidation.num_items, train_items)
+        return estimate_stages(
+            config, first, self.total_steps, self.steps_per_epoch, consolidation_items
+        )
 
     # ------------------------------------------------------------------ state
 
