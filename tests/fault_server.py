@@ -12,8 +12,9 @@ servers and proxies do:
 - `trickle`: headers, then the body a byte at a time, never finished in time;
 - `drop`: the connection closed without a reply.
 
-Faults come two ways: `force(kind, times, model)` breaks the next matching requests, and
-`fraction` breaks the *first attempt* of that share of distinct requests (a request's identity
+Faults come two ways: `force(kind, times, model, when)` breaks the next matching requests (all
+of them with `times=None`, until `clear()`), and `fraction` breaks the *first attempt* of that
+share of distinct requests (a request's identity
 is its body, so the client's retry of it goes through), chosen by a hash of the body so a run
 is reproducible. Every fault is counted in `injected[(model, kind)]`.
 
@@ -37,6 +38,7 @@ import re
 import signal
 import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -88,13 +90,25 @@ class Faults:
         self.cut_texts: list[tuple[str, str]] = []
         self._lock = threading.Lock()
         self._seen: set[str] = set()
-        self._forced: list[tuple[str, str | None]] = []
+        self._forced: list[dict[str, Any]] = []
 
-    def force(self, kind: str, times: int = 1, model: str | None = None) -> None:
-        """Break the next `times` requests (to `model`, or any) with `kind`."""
+    def force(
+        self,
+        kind: str,
+        times: int | None = 1,
+        model: str | None = None,
+        when: Callable[[FakeRequest], bool] | None = None,
+    ) -> None:
+        """Break the next `times` requests (every one: None) to `model` (or any) for which
+        `when` holds (or any) with `kind`."""
         assert kind in KINDS, kind
         with self._lock:
-            self._forced += [(kind, model)] * times
+            self._forced.append({"kind": kind, "left": times, "model": model, "when": when})
+
+    def clear(self) -> None:
+        """The server behaves again (the fraction still applies)."""
+        with self._lock:
+            self._forced.clear()
 
     def total(self, kind: str, model: str | None = None) -> int:
         return sum(n for (m, k), n in self.injected.items() if k == kind and model in (None, m))
@@ -103,10 +117,14 @@ class Faults:
         model = (req.body or {}).get("model")
         identity = _identity(req)
         with self._lock:
-            for i, (kind, wanted) in enumerate(self._forced):
-                if wanted in (None, model):
-                    del self._forced[i]
-                    return kind
+            for rule in self._forced:
+                if rule["model"] not in (None, model) or not (rule["when"] or bool)(req):
+                    continue
+                if rule["left"] is not None:
+                    rule["left"] -= 1
+                    if rule["left"] == 0:
+                        self._forced.remove(rule)
+                return rule["kind"]
             first = identity not in self._seen
             self._seen.add(identity)
         if not first or not self.fraction:
