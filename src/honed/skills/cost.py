@@ -150,6 +150,10 @@ def estimate_stages(
     return [row for row in rows if row.calls]
 
 
+def _usd(value: float | None) -> str | None:
+    return None if value is None else f"{value:.4f}"
+
+
 ESTIMATE_HEADER = (
     "stage",
     "model",
@@ -173,7 +177,7 @@ def estimate_report(
         model = models[row.role]
         usd = row.usd(model.price)
         completion = row.total_completion()
-        table.append([row.stage, row.role, row.calls, row.total_prompt(), completion, usd])
+        table.append([row.stage, row.role, row.calls, row.total_prompt(), completion, _usd(usd)])
         calls += row.calls
         total_prompt += row.total_prompt()
         unbounded |= completion is None
@@ -187,7 +191,7 @@ def estimate_report(
             calls,
             total_prompt,
             None if unbounded else total_completion,
-            None if unpriced else total_usd,
+            None if unpriced else _usd(total_usd),
         ]
     )
     notes = [
