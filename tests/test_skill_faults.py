@@ -221,6 +221,15 @@ def test_an_empty_target_reply_is_retried_then_failed_not_cached_and_not_scored(
         assert (usage["empty"], usage["failed"], usage["retries"]) == (2, 1, 1)
         again = runner.run(skill, items, "gate")  # asked again, answered this time
         assert all(r.answered for r in again) and not again[items.index(alpha)].cached
+        # an empty answer that an earlier honed cached is no answer either: asked again
+        lines = (tmp_path / "cache.jsonl").read_text().splitlines()
+        emptied = [json.loads(line) for line in lines]
+        emptied[0]["rollout"]["reply"] = ""
+        (tmp_path / "cache.jsonl").write_text("".join(json.dumps(x) + "\n" for x in emptied))
+        runner.cache = RolloutCache(tmp_path / "cache.jsonl")
+        asked = len(server.chat_requests)
+        reread = runner.run(skill, items, "gate")
+        assert len(server.chat_requests) == asked + 1 and sum(not r.cached for r in reread) == 1
 
 
 def test_empty_target_replies_beyond_the_fraction_stop_the_run_and_resume_goes_on(tmp_path, capsys):

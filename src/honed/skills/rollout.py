@@ -179,11 +179,8 @@ class RolloutCache:
         return found
 
     def put_many(self, skill_key: str, rollouts: Sequence[Rollout]) -> None:
-        """Append answers; a failed rollout (no answer) is never cached."""
         lines = []
         for r in rollouts:
-            if not r.answered:
-                continue
             key = self.key(skill_key, r.env, r.item_key)
             self._entries[key] = r
             lines.append(json.dumps({"key": key, "rollout": r.to_dict()}) + "\n")
