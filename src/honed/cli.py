@@ -422,6 +422,14 @@ def cmd_skills_train(args: argparse.Namespace) -> int:
         summary = trainer.train(resume=args.resume)
     finally:
         trainer.close()
+    report_skills_run(reporter, config, run, summary)
+    return 0
+
+
+def report_skills_run(
+    reporter: Reporter, config: SkillsConfig, run: SkillRunDir, summary: dict
+) -> None:
+    """The tables and lines a finished (or stopped) skills run ends with."""
     initial, best = (
         {k: summary["selection"][which][k] for k in ("hard", "soft")}
         for which in ("initial", "best")
@@ -453,13 +461,15 @@ def cmd_skills_train(args: argparse.Namespace) -> int:
         f"{len(summary['rejected_steps'])} rejected, {len(summary['unchanged_steps'])} unchanged"
         + (f", {len(summary['skipped_steps'])} skipped" if summary.get("skipped_steps") else "")
     )
+    usd = [row["usd"] for row in summary["tokens"].values() if "usd" in row]
+    if usd:
+        reporter.note(f"cost: {sum(usd):.4f} USD")
     if summary.get("stopped"):
         reporter.note(f"stopped early: {summary['stopped']['reason']}")
     if summary.get("eval_skipped"):
         reporter.note(f"no held-out evaluation: {summary['eval_skipped']}")
     reporter.note(f"best skill: {run.best_path} (version {summary['best_version']})")
     reporter.note(f"summary: {run.summary_path}")
-    return 0
 
 
 def skills_dry_run(config: SkillsConfig, run: SkillRunDir) -> int:
@@ -479,8 +489,9 @@ def skills_dry_run(config: SkillsConfig, run: SkillRunDir) -> int:
         rows, notes = estimate_report(config, trainer.estimate())
     finally:
         trainer.close()
+    epochs = -(-trainer.total_steps // trainer.steps_per_epoch)
     reporter.note(
-        f"{trainer.total_steps} steps ({trainer.steps_per_epoch} per epoch), "
+        f"{trainer.total_steps} steps ({epochs} epoch(s) of {trainer.steps_per_epoch}), "
         f"{config.train.batch_size} items per step, {len(trainer.gate_items)} selection items"
     )
     reporter.table("what the run will spend", ESTIMATE_HEADER, rows)

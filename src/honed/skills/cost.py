@@ -154,14 +154,8 @@ def _usd(value: float | None) -> str | None:
     return None if value is None else f"{value:.4f}"
 
 
-ESTIMATE_HEADER = (
-    "stage",
-    "model",
-    "calls (at most)",
-    "prompt tokens (about)",
-    "completion tokens (at most)",
-    "USD (about)",
-)
+# ≤: at most; ≈: an estimate
+ESTIMATE_HEADER = ("stage", "model", "calls ≤", "prompt tokens ≈", "completion tokens ≤", "USD ≈")
 
 
 def estimate_report(

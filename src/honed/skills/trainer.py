@@ -337,6 +337,20 @@ class SkillTrainer:
         """At most how many calls each stage of the run makes, and about how many tokens, from
         the real prompts of its first step (`honed skills train --dry-run`; see
         `honed.skills.cost`). Asks no model and writes nothing."""
+        train_items = sum(len(env.items("train")) for env in self.envs.values())
+        consolidation_items = min(self.config.consolidation.num_items, train_items)
+        return estimate_stages(
+            self.config,
+            self.first_step(),
+            self.total_steps,
+            self.steps_per_epoch,
+            consolidation_items,
+        )
+
+    def first_step(self) -> FirstStep:
+        """The estimated prompt tokens of the first step's calls, with the initial skill: the
+        target's real requests, and the reflector's prompts built from the step's real items
+        with replies as long as the reflector may be shown."""
         config = self.config
         try:
             skill = SkillDocument(config.skill.initial_text())
@@ -364,7 +378,8 @@ class SkillTrainer:
         batch = Minibatch(FAILURE, answers[: config.train.minibatch_size])
         budget = self.edit_budget.max_lr
         prompt, _ = fitted_prompt(self.reflector, skill, batch, StepBuffer(), budget, self.evidence)
-        reflect_tokens = self.reflector.estimate_tokens(prompt or "")
+        # no prompt: not even one attempt fits under max_prompt_tokens (every reflection fails)
+        reflect_tokens = self.reflector.estimate_tokens(prompt) if prompt else 0
         train = config.train
         pool = [
             PoolEdit(Edit("append", "", ASSUMED_EDIT), first_seen=n)
@@ -375,7 +390,7 @@ class SkillTrainer:
         ]
         pairs = [(a, a) for a in answers[:EXAMPLES_PER_OUTCOME]]
         classes = {name: list(pairs) for name in OUTCOMES}
-        first = FirstStep(
+        return FirstStep(
             rollout=target_tokens(items),
             gate=target_tokens(self.gate_items),
             eval=target_tokens(evaluation_items(self.envs, ev.split, ev.num_items)),
@@ -391,11 +406,6 @@ class SkillTrainer:
             consolidate=self.reflector.estimate_tokens(
                 consolidation_prompt(skill, config.consolidation.region, classes, self.evidence)
             ),
-        )
-        train_items = sum(len(env.items("train")) for env in self.envs.values())
-        consolidation_items = min(config.consolidation.num_items, train_items)
-        return estimate_stages(
-            config, first, self.total_steps, self.steps_per_epoch, consolidation_items
         )
 
     # ------------------------------------------------------------------ state
@@ -581,28 +591,7 @@ class SkillTrainer:
             record.update(pool=0, kept=0, applied=0, skipped=0, merge=None, rank=None)
             merge_dropped = 0
         else:
-            merged, ranking = self._merge_and_rank(step, reflections, budget)
-            kept = [entry.edit for entry in ranking.kept]
-            candidate, report = self._apply(step, kept, budget)
-            verdict = self._gate(step, candidate, kept, report)
-            self.buffer.add_patterns(step, reflections)
-            record.update(
-                pool=len(merged.pool),
-                kept=len(kept),
-                applied=report.applied,
-                skipped=report.skipped,
-                merge=merged.method,
-                rank=ranking.method,
-            )
-            merge_dropped = len(merged.dropped)
-            files.update(
-                {
-                    "merged_edits.json": merged.to_dict(),
-                    "ranked_edits.json": {"budget": budget, **ranking.to_dict()},
-                    "candidate_skill.md": candidate.text,
-                    "apply_report.json": report.to_dict(),
-                }
-            )
+            verdict, merge_dropped = self._candidate(step, reflections, budget, record, files)
         self._last_step_skipped = verdict.outcome == "skipped"
         record.update(self._step_counts(rollouts, reflections, merge_dropped))
         record.update(self._verdict_record(verdict, rollouts, len(batches)))
@@ -613,6 +602,39 @@ class SkillTrainer:
         self.history.append(record)
         self.step = step
         return record
+
+    def _candidate(
+        self,
+        step: int,
+        reflections: list[Reflection],
+        budget: int,
+        record: dict[str, Any],
+        files: dict[str, Any],
+    ) -> tuple[_Verdict, int]:
+        """Merge and rank the proposals, apply the top ones, gate the candidate; fills the
+        step's record and files, and gives the verdict and how many merged edits were dropped."""
+        merged, ranking = self._merge_and_rank(step, reflections, budget)
+        kept = [entry.edit for entry in ranking.kept]
+        candidate, report = self._apply(step, kept, budget)
+        verdict = self._gate(step, candidate, kept, report)
+        self.buffer.add_patterns(step, reflections)
+        record.update(
+            pool=len(merged.pool),
+            kept=len(kept),
+            applied=report.applied,
+            skipped=report.skipped,
+            merge=merged.method,
+            rank=ranking.method,
+        )
+        files.update(
+            {
+                "merged_edits.json": merged.to_dict(),
+                "ranked_edits.json": {"budget": budget, **ranking.to_dict()},
+                "candidate_skill.md": candidate.text,
+                "apply_report.json": report.to_dict(),
+            }
+        )
+        return verdict, len(merged.dropped)
 
     def _verdict_record(
         self, verdict: _Verdict, rollouts: list[Rollout], minibatches: int
