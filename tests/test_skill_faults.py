@@ -154,6 +154,7 @@ def test_a_reflection_cut_twice_fails_alone_naming_the_key_as_the_config_spells_
     )
     record = read(run / "steps" / "step_0001" / "step.json")
     assert record["reflections_failed"] == 1 and record["proposed"] > 0
+    assert record["reflection_errors"] == [failed[0]["error"]]
     assert record["outcome"] in ("accepted", "rejected")
     reflect = read(run / "summary.json")["tokens"]["reflect"]
     assert (reflect["truncated"], reflect["failed"]) == (2, 1)

@@ -681,6 +681,7 @@ class SkillTrainer:
             "target_failed": self._step_target[1],
             "target_truncated": truncated,
             "reflections_failed": sum(r.error is not None for r in reflections),
+            "reflection_errors": [r.error for r in reflections if r.error is not None],
             "attempts_left_out": sum(r.left_out for r in reflections),
             "merge_dropped": merge_dropped,
         }
