@@ -539,6 +539,23 @@ def test_a_budget_stops_the_run_after_the_step_and_a_larger_one_resumes_it(tmp_p
     assert resumed["accepted_steps"] == uncapped["accepted_steps"]
 
 
+def test_a_budget_spent_in_the_last_step_skips_the_evaluation_until_it_is_raised(tmp_path):
+    with serve(World()) as server:
+        config = write_config(
+            tmp_path, server.base_url, train={"max_steps": 1}, budget={"max_requests": 13}, **SHORT
+        )
+        run = tmp_path / "run"
+        assert train(config, run) == 0  # 12 selection items, then step 1 passes the cap
+        summary = read(run / "summary.json")
+        assert summary["steps"] == 1 and summary["stopped"]["kind"] == "budget"
+        assert summary["eval"] == {}
+        assert train(config, run, "--resume") == 0
+        assert read(run / "summary.json") == summary  # nothing to do
+        assert train(config, run, "--resume", "-o", "budget.max_requests=1000") == 0
+    summary = read(run / "summary.json")
+    assert summary["steps"] == 1 and summary["stopped"] is None and summary["eval"]["best"]
+
+
 def test_max_usd_needs_a_price_for_both_models(tmp_path, capsys):
     config = write_config(tmp_path, "http://127.0.0.1:9/v1", budget={"max_usd": 5})
     assert train(config, tmp_path / "run") == 2

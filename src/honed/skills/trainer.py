@@ -879,10 +879,15 @@ class SkillTrainer:
 
     def _finished(self) -> bool:
         """Whether the run has done all its steps, or stopped for a budget or patience that the
-        config in force still has, and written its summary."""
-        if self.run.read_summary().get("steps") != self.step:
+        config in force still has, and written its summary. A run that did all its steps with
+        its budget spent skipped the held-out evaluation: with a larger budget it is not done."""
+        summary = self.run.read_summary()
+        if summary.get("steps") != self.step:
             return False
-        return self.step >= self.total_steps or self._persistent_stop() is not None
+        if self.step < self.total_steps:
+            return self._persistent_stop() is not None
+        stopped = summary.get("stopped") or {}
+        return stopped.get("kind") != "budget" or self._persistent_stop() is not None
 
     def train(self, resume: bool = False) -> dict[str, Any]:
         """Run (or resume) the whole loop; the summary. A stop on an error (a misbehaving
@@ -893,6 +898,9 @@ class SkillTrainer:
             self.close_epoch()
             self.save()
         stop = self.life.steps(self, "skill steps", self.total_steps)
+        spent = budget_spent(self.config.budget, self.usage.totals())
+        if stop is None and spent is not None:  # at the last step: no evaluation beyond it
+            stop = Stop("budget", spent)
         summary = self.life.close(self.summary(self.life.seconds, stop))
         if stop is not None and stop.error:
             raise RunStopped(stop, self.step, self.saved())
