@@ -24,6 +24,7 @@ from honed.runs.trust import load_run_config
 if TYPE_CHECKING:
     from honed.models.policy import Policy
     from honed.skills.config import SkillsConfig
+    from honed.skills.rundir import SkillRunDir
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -164,6 +165,12 @@ def _add_skills_parser(sub: argparse._SubParsersAction) -> None:
     )
     train.add_argument(
         "--overwrite", action="store_true", help="delete an existing run in --run-dir first"
+    )
+    train.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the config and both servers, print the most calls and about how many "
+        "tokens (and USD, with price:) the run will spend, and stop; writes nothing",
     )
     ev = group.add_parser(
         "eval",
@@ -462,6 +469,8 @@ def cmd_skills_train(args: argparse.Namespace) -> int:
 
     config = load_skills_config(args.config, args.override)
     run = SkillRunDir(resolve_run_dir(args, config).path)
+    if args.dry_run:
+        return skills_dry_run(config, run)
     if run.holds_run() and not (args.resume or args.overwrite):
         raise HonedError(
             f"{run.path} already holds a skills run; pass --resume to continue it, --overwrite "
@@ -478,6 +487,14 @@ def cmd_skills_train(args: argparse.Namespace) -> int:
         summary = trainer.train(resume=args.resume)
     finally:
         trainer.close()
+    report_skills_run(reporter, config, run, summary)
+    return 0
+
+
+def report_skills_run(
+    reporter: Reporter, config: SkillsConfig, run: SkillRunDir, summary: dict
+) -> None:
+    """The tables and lines a finished (or stopped) skills run ends with."""
     initial, best = (
         {k: summary["selection"][which][k] for k in ("hard", "soft")}
         for which in ("initial", "best")
@@ -485,26 +502,67 @@ def cmd_skills_train(args: argparse.Namespace) -> int:
     reporter.comparison(
         f"selection score ({config.gate.split} split)", initial, best, labels=("initial", "best")
     )
-    reporter.comparison(
-        f"held-out {config.eval.split} evaluation",
-        summary["eval"]["initial"],
-        summary["eval"]["best"],
-        labels=("initial", "best"),
-    )
+    if summary.get("eval"):
+        reporter.comparison(
+            f"held-out {config.eval.split} evaluation",
+            summary["eval"]["initial"],
+            summary["eval"]["best"],
+            labels=("initial", "best"),
+        )
+    counters = ("requests", "retries", "truncated", "empty", "invalid", "failed")
     reporter.table(
-        "tokens per stage",
-        ["stage", "requests", "prompt tokens", "completion tokens"],
+        "calls and tokens per stage",
+        ["stage", *counters, "prompt tokens", "completion tokens"],
         [
-            [stage, row["requests"], row["prompt_tokens"], row["completion_tokens"]]
+            [
+                stage,
+                *(int(row.get(k, 0)) for k in (*counters, "prompt_tokens", "completion_tokens")),
+            ]
             for stage, row in summary["tokens"].items()
         ],
     )
     reporter.note(
         f"{summary['steps']} steps: {len(summary['accepted_steps'])} accepted, "
         f"{len(summary['rejected_steps'])} rejected, {len(summary['unchanged_steps'])} unchanged"
+        + (f", {len(summary['skipped_steps'])} skipped" if summary.get("skipped_steps") else "")
     )
+    usd = [row["usd"] for row in summary["tokens"].values() if "usd" in row]
+    if usd:
+        reporter.note(f"cost: {sum(usd):.4f} USD")
+    if summary.get("stopped"):
+        reporter.note(f"stopped early: {summary['stopped']['reason']}")
+    if summary.get("eval_skipped"):
+        reporter.note(f"no held-out evaluation: {summary['eval_skipped']}")
     reporter.note(f"best skill: {run.best_path} (version {summary['best_version']})")
     reporter.note(f"summary: {run.summary_path}")
+
+
+def skills_dry_run(config: SkillsConfig, run: SkillRunDir) -> int:
+    """`honed skills train --dry-run`: the config is valid (it loaded), both servers answer,
+    and what the run will cost at most; nothing is written."""
+    from honed.skills.cost import ESTIMATE_HEADER, estimate_report
+    from honed.skills.trainer import SkillTrainer
+
+    reporter = Reporter()
+    trainer = SkillTrainer(config, run, reporter)
+    try:
+        with reporter.status("checking the target and reflector servers"):
+            trainer.preflight()
+        for role in ("target", "reflector"):
+            model = getattr(config, role)
+            reporter.note(f"{role}: {model.base_url} serves {model.model}")
+        rows, notes = estimate_report(config, trainer.estimate())
+    finally:
+        trainer.close()
+    epochs = -(-trainer.total_steps // trainer.steps_per_epoch)
+    reporter.note(
+        f"{trainer.total_steps} steps ({epochs} epoch(s) of {trainer.steps_per_epoch}), "
+        f"{config.train.batch_size} items per step, {len(trainer.gate_items)} selection items"
+    )
+    reporter.table("what the run will spend", ESTIMATE_HEADER, rows)
+    for note in notes:
+        reporter.note(note)
+    reporter.note(f"dry run: nothing was written; the run would go to {run.path}")
     return 0
 
 
