@@ -176,6 +176,7 @@ def status(run: RunFiles, times: list[float], now: float | None = None) -> Statu
     summary = run.mtime("summary.json")
     if summary and summary >= last:
         return Status("finished", summary)
-    gaps = [b - a for a, b in zip(times[-6:], times[-5:], strict=False) if b > a]
+    recent = times[-6:]
+    gaps = [b - a for a, b in zip(recent, recent[1:], strict=False) if b > a]
     window = max(ACTIVE_SECONDS, 3 * statistics.median(gaps)) if gaps else ACTIVE_SECONDS
     return Status("running" if now - last < window else "interrupted", last)

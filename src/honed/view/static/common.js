@@ -127,12 +127,13 @@ export function smooth(values, weight) {
 
 // A uPlot chart. `series`: [{label, color, x: [...], y: [...], points, dash, width}] on a shared
 // numeric x axis; `marks`: x positions drawn as faint vertical lines (evaluations).
-export function Chart({ title, series, marks = [], height = 190, xLabel = "step", bars = false }) {
+export function Chart({ title, series, marks = [], height = 190, xLabel = "step", bars = false, legend = true }) {
   const box = useRef(null);
   const plot = useRef(null);
   const readout = useRef(null);
   const shape = series.map((s) => `${s.label}|${s.color}|${s.points}|${s.dash}`).join(";");
   const data = align(series);
+  const named = series.filter((s) => !s.label.endsWith("(raw)"));
   const points = series.reduce((n, s) => n + s.y.filter((v) => v !== null && v !== undefined).length, 0);
 
   useEffect(() => {
@@ -177,6 +178,7 @@ export function Chart({ title, series, marks = [], height = 190, xLabel = "step"
   return html`<div class="chart" data-key=${title} data-points=${points}>
     <div class="title row"><span>${title}</span><span class="readout muted grow right" ref=${readout}></span></div>
     <div class="plot" ref=${box}></div>
+    ${legend && named.length > 1 && html`<div class="legend small">${named.map((s) => html`<span><span class="swatch" style=${{ background: s.color }}></span>${s.label}</span>`)}</div>`}
   </div>`;
 }
 

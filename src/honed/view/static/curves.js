@@ -84,7 +84,7 @@ export function CurvesPage({ params }) {
         series.push({ label, color, x, y: smooth(y, weight), width: 1.8 });
       }
     });
-    return html`<${Chart} key=${key} title=${key} series=${series} marks=${key.startsWith("eval") ? [] : evalMarks} xLabel=${AXES[axis]} />`;
+    return html`<${Chart} key=${key} title=${key} series=${series} marks=${key.startsWith("eval") ? [] : evalMarks} xLabel=${AXES[axis]} legend=${false} />`;
   };
 
   return html`<div class="toolbar">
