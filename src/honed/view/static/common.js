@@ -175,7 +175,8 @@ export function Chart({ title, series, marks = [], height = 190, xLabel = "step"
 
   useEffect(() => { if (plot.current) plot.current.setData(data); });
 
-  return html`<div class="chart" data-key=${title} data-points=${points}>
+  const xmax = data[0].length ? data[0][data[0].length - 1] : "";
+  return html`<div class="chart" data-key=${title} data-points=${points} data-xmax=${xmax}>
     <div class="title row"><span>${title}</span><span class="readout muted grow right" ref=${readout}></span></div>
     <div class="plot" ref=${box}></div>
     ${legend && named.length > 1 && html`<div class="legend small">${named.map((s) => html`<span><span class="swatch" style=${{ background: s.color }}></span>${s.label}</span>`)}</div>`}
