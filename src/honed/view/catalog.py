@@ -9,6 +9,7 @@ opens a file for writing.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -176,7 +177,6 @@ def status(run: RunFiles, times: list[float], now: float | None = None) -> Statu
     summary = run.mtime("summary.json")
     if summary and summary >= last:
         return Status("finished", summary)
-    recent = times[-6:]
-    gaps = [b - a for a, b in zip(recent, recent[1:], strict=False) if b > a]
+    gaps = [b - a for a, b in itertools.pairwise(times[-6:]) if b > a]
     window = max(ACTIVE_SECONDS, 3 * statistics.median(gaps)) if gaps else ACTIVE_SECONDS
     return Status("running" if now - last < window else "interrupted", last)

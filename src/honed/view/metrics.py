@@ -68,9 +68,7 @@ def _row(line: bytes) -> dict[str, Any] | None:
     return finite(value)
 
 
-def since(
-    cache: MetricsCache, run: RunFiles, after: int, generation: str | None
-) -> dict[str, Any]:
+def since(cache: MetricsCache, run: RunFiles, after: int, generation: str | None) -> dict[str, Any]:
     """The rows after the first `after` of `generation`; all of them (with `reset`) when the
     page's generation is not the file's any more."""
     current, rows = cache.rows(run)

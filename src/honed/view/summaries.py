@@ -74,7 +74,8 @@ def config_summary(config: dict[str, Any], run_kind: str) -> dict[str, Any]:
     """The settings a person tells runs apart by."""
     envs = config.get("envs") if isinstance(config.get("envs"), list) else []
     names = [
-        str(e.get("name")) + (f" ({e['type']})" if e.get("type") not in (None, e.get("name")) else "")
+        str(e.get("name"))
+        + (f" ({e['type']})" if e.get("type") not in (None, e.get("name")) else "")
         for e in envs
         if isinstance(e, dict)
     ]

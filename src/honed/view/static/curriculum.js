@@ -76,7 +76,7 @@ export function CurriculumPage({ params }) {
           ${hasNorm
             ? html`<${Chart} title=${`${env}: reward normaliser`} series=${series(rows, norm, ["mean", "std"])} />`
             : html`<${Chart} title=${`${env}: reward (reward_norm.mode is none)`} series=${series(rows, [`reward/${env}/mean`], ["mean reward"])} />`}
-          <${Chart} title=${`${env}: share of items drawn`} series=${series(rows, [`mixture/${env}/share`], ["share"])} />
+          ${envs.length > 1 && html`<${Chart} title=${`${env}: share of items drawn`} series=${series(rows, [`mixture/${env}/share`], ["share"])} />`}
         </div>
       </div>`;
     })}`;
