@@ -37,6 +37,10 @@ def root(tmp_path_factory):
     config = small_config(base, data=spread_env_data(base))
     GRPOTrainer(config, RunDir(root / "grpo")).train()
     _skill_run(root / "team" / "skills")
+    nested = root / "grpo" / "checkpoints" / "copied_run"  # a run's own folders hold no runs
+    nested.mkdir(parents=True)
+    for name in ("config.yaml", "metrics.jsonl"):
+        (nested / name).write_text((root / "grpo" / name).read_text())
     (root / "notes").mkdir()
     (root / "notes" / "config.yaml").write_text("seed: 1\n")  # a config alone is not a run
     outside = base / "outside"
@@ -164,11 +168,12 @@ def test_metrics_come_whole_then_only_the_new_rows(tmp_path):
     more = client.get("/api/metrics", params={"run": "run", "after": 2, "gen": gen}).json()
     assert not more["reset"] and [r["step"] for r in more["rows"]] == [3, 4]
     # a resumed run rewrites its log (atomically: a new file) without the later steps
+    # (here resumed from step 1 and already past where the page was)
     tmp = run / ".metrics.tmp"
-    tmp.write_text('{"step": 1, "reward/mean": 0.5}\n')
+    tmp.write_text("".join(f'{{"step": {i}, "reward/mean": 0.25}}\n' for i in range(1, 7)))
     os.replace(tmp, log)
     again = client.get("/api/metrics", params={"run": "run", "after": 4, "gen": gen}).json()
-    assert again["reset"] and [r["step"] for r in again["rows"]] == [1]
+    assert again["reset"] and [r["step"] for r in again["rows"]] == [1, 2, 3, 4, 5, 6]
 
 
 def test_a_grpo_steps_rollouts_and_curriculum_are_served(client, root):
@@ -356,6 +361,12 @@ def test_honed_view_without_the_extra_says_how_to_install_it(monkeypatch, capsys
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a)
     )
+    import uvicorn
+
+    def started(*args, **kwargs):
+        raise AssertionError("the server started without the view extra")
+
+    monkeypatch.setattr(uvicorn.Server, "run", started)
     assert main(["view", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "honed: error: honed view needs uvicorn: pip install 'honed[view]'"

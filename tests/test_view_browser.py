@@ -76,6 +76,7 @@ def test_curves_are_drawn(url, chromium):
         chart = page.locator("[data-key='reward/mean']")
         chart.wait_for()
         assert chart.get_attribute("data-points") == "6"
+        expect(chart).to_have_attribute("data-drawn", "6")
         page.wait_for_timeout(300)  # uPlot draws on the next animation frame
         drawn = page.evaluate(COUNT_PIXELS, ["reward/mean", list(FIRST_RUN_COLOUR)])
         assert drawn > 150, drawn  # a line across the plot, not an empty canvas
@@ -124,33 +125,39 @@ def test_a_skill_diff_opens(url, chromium, root):
 
 
 def test_a_new_metric_point_appears_while_a_run_writes(tmp_path, chromium):
-    config = small_config(tmp_path, "trainer.max_steps=4", data=spread_env_data(tmp_path))
+    """The run is held after step 3 until the page shows it, then after step 4 (so that the
+    new point arrives alone, before the final evaluation), then let go."""
+    config = small_config(tmp_path, "trainer.max_steps=5", data=spread_env_data(tmp_path))
     trainer = GRPOTrainer(config, RunDir(tmp_path / "runs" / "live"))
-    paused, resume = threading.Event(), threading.Event()
+    holds = {3: (threading.Event(), threading.Event()), 4: (threading.Event(), threading.Event())}
     step = trainer.train_step
 
     def train_step():
-        if trainer.step == 2:  # steps 1 and 2 are logged: hold the run until the page is up
-            paused.set()
-            assert resume.wait(60)
+        if trainer.step in holds:  # steps up to this one are logged: wait for the test
+            reached, go_on = holds[trainer.step]
+            reached.set()
+            assert go_on.wait(60)
         return step()
 
     trainer.train_step = train_step
     run = threading.Thread(target=trainer.train)
     run.start()
     try:
-        assert paused.wait(60)
+        assert holds[3][0].wait(60)
         with viewer(tmp_path / "runs") as address, browser_page(chromium) as page:
             page.goto(address + "#/curves?runs=live&smooth=0")
             chart = page.locator("[data-key='reward/mean']")
             chart.wait_for()
-            assert chart.get_attribute("data-points") == "2"
+            assert chart.get_attribute("data-points") == "3"
+            expect(chart).to_have_attribute("data-drawn", "3")
             page.evaluate("window.sameDocument = true")
-            resume.set()
-            # the page polls every two seconds; the run's steps take well under a second
-            expect(chart).not_to_have_attribute("data-points", "2", timeout=20_000)
-            assert int(chart.get_attribute("data-points")) > 2
+            holds[3][1].set()
+            assert holds[4][0].wait(60)
+            # the page asks for new rows every two seconds
+            expect(chart).to_have_attribute("data-points", "4", timeout=20_000)
+            expect(chart).to_have_attribute("data-drawn", "4")  # on the canvas, not only counted
             assert page.evaluate("window.sameDocument === true")  # no reload
     finally:
-        resume.set()
+        for _, go_on in holds.values():
+            go_on.set()
         run.join(120)

@@ -162,7 +162,7 @@ export function Chart({ title, series, marks = [], height = 190, xLabel = "step"
         points: { show: s.points ? true : false, size: 6, fill: s.color },
         value: (u, v) => fmt(v),
       }))],
-      plugins: [markPlugin(marks), readoutPlugin(readout, xLabel)],
+      plugins: [markPlugin(marks), readoutPlugin(readout, xLabel), drawnPlugin(box)],
     };
     plot.current = new uPlot(opts, data, el);
     const observer = new ResizeObserver(() => {
@@ -196,6 +196,18 @@ function align(series) {
     return out;
   });
   return [xs, ...ys];
+}
+
+// What the canvas holds after each draw, on the chart's element (`data-drawn`: values drawn).
+function drawnPlugin(box) {
+  return {
+    hooks: {
+      draw: [(u) => {
+        const drawn = u.data.slice(1).reduce((n, ys) => n + ys.filter((v) => v !== null && v !== undefined).length, 0);
+        if (box.current) box.current.parentElement.dataset.drawn = String(drawn);
+      }],
+    },
+  };
 }
 
 // A flat series gets a little room around it instead of uPlot's default 0–100.
