@@ -49,7 +49,7 @@ from honed.runs.lifecycle import (
 )
 from honed.runs.plots import plot_rewards
 from honed.runs.progress import Reporter
-from honed.runs.rollouts import curriculum_snapshot, write_step
+from honed.runs.rollouts import curriculum_snapshot
 from honed.runs.rundir import STATE_FILE, RunDir
 from honed.runs.sinks import Sinks
 from honed.runs.state import load_state, rng_state, save_state, set_rng_state
@@ -491,9 +491,7 @@ class GRPOTrainer:
         record["curriculum"] = curriculum_snapshot(
             self.sampler.curricula, self.step, self.config.trainer.max_steps
         )
-        write_step(
-            self.run.rollouts_path(self.step), record, self.config.logging.rollouts_max_bytes
-        )
+        self.run.write_rollouts(record, self.config.logging.rollouts_max_bytes)
 
     def _decode_all(self, ids: list[int]) -> str:
         """Token ids as text, special tokens included (a template's turn markers show)."""

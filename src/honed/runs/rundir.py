@@ -53,6 +53,12 @@ class RunDir:
     def rollouts_path(self, step: int) -> Path:
         return self.file(rollouts.FOLDER, rollouts.step_file(step))
 
+    def write_rollouts(self, record: dict[str, Any], max_bytes: int) -> None:
+        """A step's rollout sample (`runs/rollouts.py`), atomically, within `max_bytes`: the one
+        place it is written, so a run directory that writes nothing (as `append` writes
+        nothing for learner processes other than rank 0) overrides this too."""
+        rollouts.write_step(self.rollouts_path(int(record["step"])), record, max_bytes)
+
     @property
     def summary_path(self) -> Path:
         return self.file("summary.json")
