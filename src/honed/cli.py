@@ -83,7 +83,9 @@ def _add_view_parser(sub: argparse._SubParsersAction) -> None:
         "rollouts, curricula, skill versions and edits. Reads the runs, never writes them; "
         "needs the view extra (pip install 'honed[view]').",
     )
-    view.add_argument("root", nargs="?", default="runs", metavar="RUN_DIR_OR_RUNS_ROOT")
+    view.add_argument(
+        "root", nargs="?", default="runs", metavar="RUN_DIR_OR_RUNS_ROOT", help="default: runs"
+    )
     view.add_argument("--port", type=int, default=8080, help="0 picks a free port")
     view.add_argument("--host", default="127.0.0.1", help="address to listen on")
 
