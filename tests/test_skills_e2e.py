@@ -171,7 +171,11 @@ def test_ctrl_c_finishes_the_step_saves_it_and_the_resumed_run_ends_as_the_full_
     full = [json.loads(line) for line in (full_run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in logged] == [r["step"] for r in full] == list(range(1, len(full) + 1))
     assert [r["outcome"] for r in logged] == [r["outcome"] for r in full]
-    assert logged[0] == read(run / "steps" / "step_0001" / "step.json") | {"step": 1}
+    assert logged[0]["time"] > 0  # the wall clock `honed view` plots against
+    assert logged[0] == read(run / "steps" / "step_0001" / "step.json") | {
+        "step": 1,
+        "time": logged[0]["time"],
+    }
 
 
 def test_skills_eval_scores_a_skill_from_the_run_cache(full_run, world):

@@ -40,6 +40,7 @@ Train LLM agents by reinforcement (GRPO) and by reflection (skill optimisation).
   honed sft CONFIG                                         supervised warm-start only
   honed skills train examples/skills_qa.yaml               optimise a skill document
   honed skills eval examples/skills_qa.yaml --skill best_skill.md --run-dir runs/skills_qa
+  honed view runs/                                         look at runs in a browser
 """
 
 
@@ -75,6 +76,21 @@ def _add_export_parser(sub: argparse._SubParsersAction) -> None:
     export.add_argument("path", metavar="RUN_DIR_OR_CHECKPOINT")
     export.add_argument("out", metavar="OUT_DIR")
     export.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
+
+
+def _add_view_parser(sub: argparse._SubParsersAction) -> None:
+    view = sub.add_parser(
+        "view",
+        help="look at runs in a browser",
+        description="Serve a local web app over the runs under a folder (or one run): curves, "
+        "rollouts, curricula, skill versions and edits. Reads the runs, never writes them; "
+        "needs the view extra (pip install 'honed[view]').",
+    )
+    view.add_argument(
+        "root", nargs="?", default="runs", metavar="RUN_DIR_OR_RUNS_ROOT", help="default: runs"
+    )
+    view.add_argument("--port", type=int, default=8080, help="0 picks a free port")
+    view.add_argument("--host", default="127.0.0.1", help="address to listen on")
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -141,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval_parser(sub)
     _add_export_parser(sub)
     _add_skills_parser(sub)
+    _add_view_parser(sub)
     return parser
 
 
@@ -601,12 +618,20 @@ def cmd_skills(args: argparse.Namespace) -> int:
     return {"train": cmd_skills_train, "eval": cmd_skills_eval}[args.skills_command](args)
 
 
+def cmd_view(args: argparse.Namespace) -> int:
+    from honed.view import serve
+
+    serve(args.root, args.host, args.port)
+    return 0
+
+
 COMMANDS = {
     "train": cmd_train,
     "sft": cmd_sft,
     "eval": cmd_eval,
     "export": cmd_export,
     "skills": cmd_skills,
+    "view": cmd_view,
 }
 
 

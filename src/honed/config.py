@@ -304,6 +304,9 @@ class LoggingConfig(Strict):
     mlflow: bool = False
     samples_per_step: int = Field(4, ge=0)
     progress: bool = True
+    # GRPO: groups per step kept in rollouts/ for `honed view` (0: none), and each file's cap
+    rollouts_per_step: int = Field(4, ge=0)
+    rollouts_max_bytes: int = Field(262_144, ge=16_384)
 
 
 def key_over_plain_http(url: str, api_key_env: str | None, allowed: bool) -> str | None:

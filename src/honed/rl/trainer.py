@@ -37,9 +37,10 @@ from honed.models.lora import AdapterFreeReference, is_checkpoint
 from honed.models.policy import Policy
 from honed.rewards import RewardNormalizer
 from honed.rl.evaluate import evaluate
+from honed.rl.rollout_log import step_record
 from honed.rl.schedule import apply_optimizer_settings, build_lr_scheduler, build_optimizer
 from honed.rl.sft import run_sft
-from honed.rl.update import Penalties, PolicyUpdate, prepare, zero_spread
+from honed.rl.update import Penalties, PolicyUpdate, Prepared, prepare, zero_spread
 from honed.runs.files import atomic_write_dir
 from honed.runs.lifecycle import (
     Change,
@@ -52,6 +53,7 @@ from honed.runs.lifecycle import (
 )
 from honed.runs.plots import plot_rewards
 from honed.runs.progress import Reporter
+from honed.runs.rollouts import curriculum_snapshot
 from honed.runs.rundir import STATE_FILE, ReadOnlyRunDir, RunDir
 from honed.runs.sinks import NoSinks, Sinks
 from honed.runs.state import load_state, rng_state, save_state, set_rng_state
@@ -445,6 +447,7 @@ class GRPOTrainer:
         metrics["perf/tokens_per_second"] = completion_tokens / max(elapsed, 1e-9)
         metrics["perf/peak_memory_gb"] = peak_memory_gb(self.policy.device)
         self.log_samples(groups)
+        self.log_rollouts(groups, prepared, staleness)
         return metrics
 
     def normalize(self, env: str, rewards: list[float]) -> list[float]:
@@ -494,6 +497,32 @@ class GRPOTrainer:
                     "group_rewards": g.rewards(),
                 },
             )
+
+    def log_rollouts(self, groups: list[Group], prepared: Prepared, staleness: list[int]) -> None:
+        """The step's first `logging.rollouts_per_step` groups as trained, with the curricula
+        as they stand for the next draw, in `rollouts/` (size-capped; for `honed view`)."""
+        n = self.config.logging.rollouts_per_step
+        if not n:
+            return
+        filtered = [z and self.config.trainer.filter_zero_std for z in prepared.zero_std]
+        record = step_record(
+            self.step,
+            groups[:n],
+            prepared.advantages[:n],
+            prepared.group_stds[:n],
+            filtered[:n],
+            self._decode_all,
+            staleness[:n],
+        )
+        record["groups_in_step"] = len(groups)
+        record["curriculum"] = curriculum_snapshot(
+            self.sampler.curricula, self.step, self.config.trainer.max_steps
+        )
+        self.run.write_rollouts(record, self.config.logging.rollouts_max_bytes)
+
+    def _decode_all(self, ids: list[int]) -> str:
+        """Token ids as text, special tokens included (a template's turn markers show)."""
+        return self.policy.tokenizer.decode(list(ids), skip_special_tokens=False)
 
     # ------------------------------------------------------------------ the loop
 

@@ -74,6 +74,8 @@ class Prepared:
     group_stds: list[float]
     zero_std: list[bool]
     metrics: dict[str, float] = field(default_factory=dict)
+    # per group (all of them, kept or not), the advantage of each reward unit
+    advantages: list[list[float]] = field(default_factory=list)
 
 
 def unit_signal(
@@ -168,7 +170,7 @@ def prepare(
         "groups/trained": float(len(kept)),
         "groups/filtered": float(len(groups) - len(kept)),
     }
-    return Prepared(sequences, kept, stds, zero, metrics)
+    return Prepared(sequences, kept, stds, zero, metrics, advantages)
 
 
 def _pad(
