@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -146,3 +148,56 @@ def test_fsdp_variants_end_where_one_process_does(tmp_path, policy, trainer):
     assert_weights_close(two, one)
     if "lora" in policy:  # B starts at zero: the adapters did train
         assert any(float(t.abs().max()) > 0 for k, t in one.items() if "lora_B" in k)
+
+
+def _launch(config: Path, fault: str) -> subprocess.CompletedProcess:
+    """`honed train CONFIG --nproc 2` as a user starts it, with `HONED_TEST_FAULT` set
+    (tiny_run.FaultyDigitShareEnv)."""
+    command = [sys.executable, "-m", "honed", "train", str(config), "--nproc", "2", "--quiet"]
+    env = {**os.environ, "HONED_TEST_FAULT": fault, "PYTHONWARNINGS": "ignore"}
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _faulty_config(tmp_path, parallel: str, every: int) -> Path:
+    config = _config(tmp_path, "run", 3, parallel)
+    data = yaml.safe_load(config.read_text())
+    data["envs"][0]["type"] = "tiny_run:FaultyDigitShareEnv"
+    data["checkpoint"]["every"] = every
+    return write_config(tmp_path, data, "run.yaml")
+
+
+def test_ctrl_c_stops_every_process_after_the_same_step_with_a_checkpoint(tmp_path, single):
+    """A real SIGINT to the launcher, sent during step 2 (rank 0's 9th training reward, its
+    first of step 2): both processes finish step 2, agree to stop, save it once (fsdp: both
+    take part in gathering it) and exit; the run resumes and ends where one process does."""
+    config = _faulty_config(tmp_path, "fsdp", every=0)  # only the interruption saves
+    done = _launch(config, "sigint:0:9")
+    assert done.returncode == 130, done.stderr
+    run = tmp_path / "run"
+    lines = [line for line in done.stderr.splitlines() if line.startswith("honed:")]
+    assert lines == [
+        f"honed: interrupted after step 2; saved {run / 'checkpoints' / 'step_2'}; "
+        "continue with --resume"
+    ], done.stderr
+    assert [r["step"] for r in _metrics(run)] == [1, 2]
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_2"]
+    _train(config, "--resume", "--nproc", "2")
+    assert_weights_close(_weights(run, 3), _weights(single, 3))
+
+
+def test_one_process_failing_stops_all_with_one_message_and_loses_nothing(tmp_path, single):
+    """Process 1's environment raises in step 2 while process 0 waits for its groups: the
+    launcher names the process that failed (its own error above it), stops the other
+    without a second report, and exits with its code; step 1's checkpoint resumes."""
+    config = _faulty_config(tmp_path, "ddp", every=1)
+    done = _launch(config, "raise:1:5")
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("ValueError: the test environment failed on call 5") == 1
+    lines = [line for line in done.stderr.splitlines() if line.startswith("honed:")]
+    assert lines == ["honed: learner process 1 exited with code 1; stopped the others"]
+    assert "Traceback" in done.stderr and done.stderr.count("Traceback") == 1, done.stderr
+    run = tmp_path / "run"
+    assert [r["step"] for r in _metrics(run)] == [1]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_1"]
+    _train(config, "--resume")
+    assert_weights_close(_weights(run, 3), _weights(single, 3))
