@@ -23,6 +23,7 @@ from safetensors.torch import load_file
 from tiny_run import spread_env_data, write_config
 
 from honed.cli import main
+from honed.config import load_config
 
 TESTS = Path(__file__).resolve().parent
 SRC = TESTS.parent / "src"
@@ -193,3 +194,55 @@ def test_one_process_failing_stops_all_with_one_message_and_loses_nothing(tmp_pa
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_1"]
     _train(config, "--resume")
     assert_weights_close(_weights(run, 3), _weights(single, 3))
+
+
+def test_optimizer_state_is_kept_by_name_and_older_index_keyed_states_still_load(small_policy):
+    """What a checkpoint holds (`optimizer_state`) and loading it back, without processes: a
+    plain optimizer takes it, and the index-keyed `Optimizer.state_dict()` of checkpoints
+    written before loads as well; a name the model lacks is one clear error."""
+    from honed.distributed.fsdp import load_optimizer_state, optimizer_state
+    from honed.errors import HonedError
+
+    model = small_policy.model
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def fresh() -> torch.optim.AdamW:
+        return torch.optim.AdamW(params, lr=1e-3)
+
+    trained = fresh()
+    sum(p.square().sum() for p in params).backward()
+    trained.step()
+    named = optimizer_state(model, trained)
+    assert "model.embed_tokens.weight" in named["state"]
+    assert named["param_groups"][0]["params"][0] == "model.embed_tokens.weight"
+    for state in (named, trained.state_dict()):
+        loaded = fresh()
+        load_optimizer_state(model, loaded, state)
+        for a, b in zip(
+            loaded.state_dict()["state"].values(),
+            trained.state_dict()["state"].values(),
+            strict=True,
+        ):
+            assert all(torch.equal(a[k], b[k]) for k in ("exp_avg", "exp_avg_sq", "step"))
+    wrong = {**named, "state": {"no.such.weight": next(iter(named["state"].values()))}}
+    with pytest.raises(HonedError, match=r"no\.such\.weight"):
+        load_optimizer_state(model, fresh(), wrong)
+
+
+@pytest.mark.parametrize(
+    "override, culprit",
+    [
+        ({"distributed": {"backend": "ray"}}, r"distributed\.backend: ray"),
+        ({"sft": {"steps": 2}}, r"sft\.steps"),
+    ],
+)
+def test_fsdp_refuses_what_it_cannot_do_in_one_line(tmp_path, override, culprit):
+    from honed.errors import HonedError
+    from honed.rl.trainer import GRPOTrainer
+    from honed.runs.rundir import RunDir
+
+    data = yaml.safe_load(_config(tmp_path, "run", 1, "fsdp").read_text())
+    data.update(override)
+    config = load_config(write_config(tmp_path, data, "bad.yaml"))
+    with pytest.raises(HonedError, match=culprit):
+        GRPOTrainer(config, RunDir(tmp_path / "run"))
