@@ -6,7 +6,12 @@ uses one, and they exchange groups and gradients through gloo; the ratio shows w
 data-parallel learner costs or saves here, not what it gives on N GPUs, where each process has a
 device of its own.
 
-    PYTHONPATH=src python bench/ddp.py [--steps 6] [--model tiny|large]
+With `--parallel fsdp` the two processes shard the weights, gradients and AdamW state (FSDP2)
+instead of each holding them whole: the same update, with more communication per step (every
+layer's weights gathered for each forward, its gradients reduce-scattered, and the weights
+gathered whole before each rollout).
+
+    PYTHONPATH=src python bench/ddp.py [--steps 6] [--model tiny|large] [--parallel ddp|fsdp]
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ sys.path.insert(0, str(BENCH))
 from common import DATA, MODELS, REWARD  # noqa: E402
 
 
-def config(tmp: Path, name: str, steps: int, model: str, threads: int) -> Path:
+def config(tmp: Path, name: str, steps: int, model: str, threads: int, parallel: str) -> Path:
     data = {
         "seed": 0,
         "run_dir": str(tmp / name),
@@ -40,6 +45,7 @@ def config(tmp: Path, name: str, steps: int, model: str, threads: int) -> Path:
             "num_generations": 8,
             "max_completion_length": 32,
             "learning_rate": 1e-4,
+            "parallel": parallel,
         },
         "eval": {"num_items": 8},
         "checkpoint": {"every": steps, "keep_last": 1},
@@ -65,13 +71,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--model", choices=list(MODELS), default="tiny")
+    parser.add_argument("--parallel", choices=["ddp", "fsdp"], default="ddp")
     args = parser.parse_args()
     from safetensors.torch import load_file
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        train(config(tmp, "one", args.steps, args.model, threads=1), 1)
-        train(config(tmp, "two", args.steps, args.model, threads=1), 2)
+        train(config(tmp, "one", args.steps, args.model, 1, args.parallel), 1)
+        train(config(tmp, "two", args.steps, args.model, 1, args.parallel), 2)
         weights = {
             name: load_file(
                 str(tmp / name / "checkpoints" / f"step_{args.steps}" / "model.safetensors")
@@ -84,7 +91,7 @@ def main() -> None:
         for k, v in weights["one"].items()
     )
     median = {k: sorted(v[1:])[len(v[1:]) // 2] for k, v in times.items()}  # after the first
-    print(f"model {args.model}, {args.steps} steps of 8 prompts x 8 completions")
+    print(f"model {args.model}, {args.parallel}, {args.steps} steps of 8 prompts x 8 completions")
     print(f"largest relative weight difference, 2 processes against 1: {worst:.2e}")
     print(f"median step: 1 process {median['one']:.3f} s, 2 processes {median['two']:.3f} s")
     print(f"2-process / 1-process step time: {median['two'] / median['one']:.2f}")

@@ -660,11 +660,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"honed: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except RunInterrupted as stop:
-        print(f"honed: {interruption(stop)}", file=sys.stderr)
+        if os.environ.get("RANK", "0") == "0":  # the process that saved says it, once
+            print(f"honed: {interruption(stop)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except KeyboardInterrupt:
         print("honed: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception as exc:
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            from honed.distributed.launch import report_lost_peers
+
+            report_lost_peers(exc)  # returns only if this process is where the error began
+        raise
 
 
 def interruption(stop: RunInterrupted) -> str:

@@ -106,6 +106,14 @@ class LearnerGroup:
         dist.all_reduce(value, op=dist.ReduceOp.MAX)
         return bool(value.item())
 
+    def most(self, value: int, device: torch.device) -> int:
+        """The largest `value` of any process (all processes get the same answer)."""
+        if not self.distributed:
+            return value
+        top = torch.tensor([value], dtype=torch.int64, device=device)
+        dist.all_reduce(top, op=dist.ReduceOp.MAX)
+        return int(top.item())
+
     def close(self) -> None:
         if self.distributed and dist.is_initialized():
             dist.destroy_process_group()
@@ -135,6 +143,14 @@ class ShardedBackend:
 
     def metrics(self) -> dict[str, float]:
         return self.inner.metrics()
+
+    def most(self, value: int, device: torch.device) -> int:
+        """The largest `value` of any process (all processes get the same answer)."""
+        if not self.distributed:
+            return value
+        top = torch.tensor([value], dtype=torch.int64, device=device)
+        dist.all_reduce(top, op=dist.ReduceOp.MAX)
+        return int(top.item())
 
     def close(self) -> None:
         self.inner.close()

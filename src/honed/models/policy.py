@@ -131,11 +131,13 @@ class Policy:
             enable_checkpointing(model)
         return cls(model, tokenizer, chat_template=chat_template)
 
-    def save(self, path: str | Path) -> None:
+    def save(self, path: str | Path, state_dict: dict[str, torch.Tensor] | None = None) -> None:
         """Write a standard Hugging Face directory (config, safetensors weights, tokenizer), or
         with LoRA the adapter in peft's format (`adapter_config.json`,
-        `adapter_model.safetensors`) and the tokenizer."""
-        self.model.save_pretrained(path, safe_serialization=True)
+        `adapter_model.safetensors`) and the tokenizer. `state_dict` gives the weights when the
+        model does not hold them whole (a sharded model's, gathered)."""
+        extra = {} if state_dict is None else {"state_dict": state_dict}
+        self.model.save_pretrained(path, safe_serialization=True, **extra)
         self.tokenizer.save_pretrained(path)
 
     # ------------------------------------------------------------------ text

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
+from types import MethodType
 
 import torch
 import torch.nn.functional as F
@@ -56,6 +57,8 @@ RECOMPUTE_ABOVE_ELEMENTS = 1 << 28
 _HEAD_EXTRAS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
 Past = DynamicCache | list[tuple[torch.Tensor, torch.Tensor]]
+# The method a sharded model scores through (`enable_root_scoring`).
+ROOT_SCORE = "honed_score"
 
 
 @dataclass
@@ -200,8 +203,43 @@ def score(
     scores equal the behaviour log-probs; log-probs and entropy are float32 whatever the
     model's dtype. Gradients flow when autograd is on; callers that want none wrap the call in
     `torch.inference_mode()`. `model` may be a peft model (its adapters apply, or not inside
-    `disable_adapter()`).
+    `disable_adapter()`), or a sharded one (`enable_root_scoring`).
     """
+    through_root = getattr(model, ROOT_SCORE, None)
+    if through_root is not None:
+        logprobs, entropy, mask = through_root(batch, temperature, with_entropy)
+        return Scores(logprobs, entropy, mask)
+    return _score(model, batch, temperature, with_entropy)
+
+
+def enable_root_scoring(model: torch.nn.Module) -> None:
+    """Give `model` a method `ROOT_SCORE(batch, temperature, with_entropy)` that `score` calls
+    instead of reaching into the model itself.
+
+    For a model sharded with FSDP (`honed.distributed.fsdp`): its root's parameters (embeddings,
+    output head) are gathered only around a forward of the root, so the sharding registers this
+    method as one (`register_fsdp_forward_method`), and the output head's chunks run inside it.
+    Rows always get their own copy of their prompt (a `TokenBatch`): one pass through each
+    layer per call, as FSDP's per-layer hooks expect. It returns a tuple, whose tensors FSDP
+    can hook for the backward pass.
+    """
+
+    def root_score(self, batch: ScoreBatch, temperature: float, with_entropy: bool):
+        if isinstance(batch, PrefixBatch):
+            batch = batch.as_tokens()
+        scores = _score(self, batch, temperature, with_entropy)
+        # FSDP hooks the outputs for the backward pass: fresh tensors, never views of others,
+        # so that no in-place operation downstream can bypass the hook
+        entropy = None if scores.entropy is None else scores.entropy.clone()
+        return scores.logprobs.clone(), entropy, scores.mask.clone()
+
+    setattr(model, ROOT_SCORE, MethodType(root_score, model))
+
+
+def _score(
+    model: PreTrainedModel, batch: ScoreBatch, temperature: float, with_entropy: bool
+) -> Scores:
+    """`score` for a model that is not sharded, or inside a sharded one's root forward."""
     causal = causal_lm(model)
     batch = batch.to(model_device(causal))
     if isinstance(batch, PrefixBatch) and not _continues_cache(causal):

@@ -25,13 +25,19 @@ import numpy as np
 import torch
 import yaml
 
-from honed.config import Config, dump_config, format_change
-from honed.distributed import RolledGroup, RolloutPipeline, RolloutRequest, build_backend
+from honed.config import Config, PolicyConfig, dump_config, format_change
+from honed.distributed import RolledGroup, RolloutPipeline, RolloutRequest, build_backend, fsdp
 from honed.distributed.learner import LearnerGroup, ShardedBackend
 from honed.envs.base import Environment
 from honed.envs.registry import build_envs as build_config_envs
 from honed.errors import HonedError
-from honed.models.device import dtype_name, peak_memory_gb, reset_peak_memory, resolve_device
+from honed.models.device import (
+    dtype_name,
+    peak_memory_gb,
+    reset_peak_memory,
+    resolve_device,
+    resolve_dtype,
+)
 from honed.models.dropout import disable_dropout
 from honed.models.lora import AdapterFreeReference, is_checkpoint
 from honed.models.policy import Policy
@@ -86,13 +92,12 @@ class GRPOTrainer:
     def __init__(self, config: Config, run: RunDir, reporter: Reporter | None = None) -> None:
         self.config = config
         if config.trainer.parallel == "fsdp":
-            raise HonedError(
-                "trainer.parallel: fsdp is not available in this version of honed (the sharded "
-                "learner is not built yet); use trainer.parallel: ddp, or LoRA and gradient "
-                "checkpointing to fit a larger model on each device"
-            )
-        self.learners = LearnerGroup.from_env(resolve_device(config.policy.device))
+            check_fsdp(config)
+        self.device = resolve_device(config.policy.device)
+        self.learners = LearnerGroup.from_env(self.device)
         self.world_size = self.learners.world_size
+        # fsdp with one process is the single-process learner: there is nothing to shard over
+        self.sharded = config.trainer.parallel == "fsdp" and self.learners.distributed
         # rank 0 alone writes the run directory and prints
         self.run = run if self.learners.is_main else ReadOnlyRunDir(run.path)
         self.reporter = reporter if reporter and self.learners.is_main else Reporter(enabled=False)
@@ -107,6 +112,9 @@ class GRPOTrainer:
             for name in self.envs
         }
         self.step = 0
+        # the step of the newest checkpoint this run holds, known alike to every process (the
+        # run directory is rank 0's to write: another process may not see its last save yet)
+        self.saved_step: int | None = None
         self.rollouts_generated = 0  # completions generated so far, filtered or not
         self.initial_eval: dict[str, float] = {}
         self.initial_eval_few_shot: dict[str, float] = {}
@@ -120,10 +128,15 @@ class GRPOTrainer:
     def evaluate_policy(self, split: str | None = None, few_shot: int = 0) -> dict[str, float]:
         """The current policy on the held-out split, with the run's `eval` settings."""
         ev = self.config.eval
+        with fsdp.gathered(self.policy.model):
+            return self._evaluate(split or ev.split, few_shot)
+
+    def _evaluate(self, split: str, few_shot: int) -> dict[str, float]:
+        ev = self.config.eval
         return evaluate(
             self.policy,
             self.envs,
-            split=split or ev.split,
+            split=split,
             num_items=ev.num_items,
             temperature=ev.temperature,
             max_tokens=self.config.trainer.max_completion_length,
@@ -134,7 +147,7 @@ class GRPOTrainer:
 
     def warm_start(self) -> Policy:
         """The policy GRPO starts from: the model itself, or after supervised warm-start."""
-        policy = Policy.from_config(self.config.policy, self.config.seed)
+        policy = Policy.from_config(self.policy_settings(), self.config.seed)
         if self.config.sft.steps == 0:
             return policy
         if is_checkpoint(self.run.warmstart):
@@ -152,22 +165,32 @@ class GRPOTrainer:
             atomic_write_dir(self.run.warmstart, policy.save)
         return policy
 
-    def _load(self, path: Path) -> Policy:
-        return Policy.from_checkpoint(path, self.config.policy, self.config.seed)
+    def policy_settings(self) -> PolicyConfig:
+        """The policy config models are built with: the run's, or with fsdp the same model
+        built on the CPU (in the dtype the device takes), each process then keeping its shard
+        on the device (`honed.distributed.fsdp.shard`): no process holds the whole model there."""
+        if not self.sharded:
+            return self.config.policy
+        dtype = resolve_dtype(self.config.policy.dtype, self.device)
+        return self.config.policy.model_copy(update={"device": "cpu", "dtype": dtype_name(dtype)})
 
-    def _reference(self) -> torch.nn.Module | AdapterFreeReference | None:
+    def _load(self, path: Path) -> Policy:
+        return Policy.from_checkpoint(path, self.policy_settings(), self.config.seed)
+
+    def _reference(self, resumed: bool) -> torch.nn.Module | AdapterFreeReference | None:
         """A frozen copy of the policy GRPO started from (with LoRA, the policy's own model
-        with its adapters off); none at all when beta is 0."""
+        with its adapters off); none at all when beta is 0. Built before the policy trains
+        (or is sharded): a fresh run copies it, a resumed one builds the model again."""
         if self.config.trainer.beta == 0:
             return None
         if self.policy.has_adapters:
             return AdapterFreeReference(self.policy.model)
         if self.config.sft.steps and is_checkpoint(self.run.warmstart):
             ref = self._load(self.run.warmstart).model
-        elif self.step == 0:
+        elif not resumed:
             ref = copy.deepcopy(self.policy.model)
         else:
-            ref = Policy.from_config(self.config.policy, self.config.seed).model
+            ref = Policy.from_config(self.policy_settings(), self.config.seed).model
         ref.eval()
         for p in ref.parameters():
             p.requires_grad_(False)
@@ -189,7 +212,12 @@ class GRPOTrainer:
             self.policy = self.warm_start()
         if self.config.trainer.disable_dropout:
             disable_dropout(self.policy.model)
-        self.reporter.note(describe_policy(self.policy, self.world_size))
+        reference = self._reference(resumed=state is not None)
+        if self.sharded:
+            fsdp.shard(self.policy.model, self.device)
+            if isinstance(reference, torch.nn.Module):
+                fsdp.shard(reference, self.device)
+        self.reporter.note(describe_policy(self.policy, self.world_size, self.sharded))
         if (
             self.config.trainer.beta > 0
             and not self.config.trainer.kl_in_reward
@@ -221,9 +249,10 @@ class GRPOTrainer:
             self.optimizer,
             self.scheduler,
             self.config.trainer,
-            self._reference(),
+            reference,
             self.config.distributed.importance_sampling_cap,
             self.learners,
+            sharded=self.sharded,
         )
         self.rollouts = build_backend(self.config, self.envs, self.policy, self.run.path)
         if self.learners.distributed:
@@ -241,9 +270,9 @@ class GRPOTrainer:
         normaliser statistics and RNGs. Settings stay the config's: the optimizer's
         hyperparameters, the curricula's and the normalisers' settings are re-applied, and each
         changed setting is printed in one line."""
-        self.step = state["step"]
+        self.step = self.saved_step = state["step"]
         self.rollouts_generated = state.get("rollouts_generated", 0)
-        self.optimizer.load_state_dict(state["optimizer"])
+        fsdp.load_optimizer_state(self.policy.model, self.optimizer, state["optimizer"])
         apply_optimizer_settings(
             self.optimizer,
             self.config.trainer.learning_rate,
@@ -303,7 +332,8 @@ class GRPOTrainer:
             "format": STATE_FORMAT,
             "step": self.step,
             "rollouts_generated": self.rollouts_generated,
-            "optimizer": self.optimizer.state_dict(),
+            # keyed by parameter name, whole (gathered on rank 0 with fsdp)
+            "optimizer": fsdp.optimizer_state(self.policy.model, self.optimizer),
             "sampler": self.sampler.state_dict(),
             "reward_norm": {name: n.state_dict() for name, n in self.normalizers.items()},
             "rng": rng_state(),
@@ -317,15 +347,17 @@ class GRPOTrainer:
 
     def save_checkpoint(self) -> Path:
         path = self.run.checkpoints / f"step_{self.step}"
-        state = self.state_dict()
+        state = self.state_dict()  # with fsdp, every process takes part in gathering it
+        weights = fsdp.full_model_state(self.policy.model) if self.sharded else None
 
         def fill(tmp: Path) -> None:
-            self.policy.save(tmp)
+            self.policy.save(tmp, weights)
             save_state(state, tmp / STATE_FILE)
 
         if self.learners.is_main:  # the state is the same on every process: written once
             atomic_write_dir(path, fill)
             self.run.prune(self.config.checkpoint.keep_last)
+        self.saved_step = self.step
         return path
 
     # ------------------------------------------------------------------ one step
@@ -340,12 +372,13 @@ class GRPOTrainer:
         """A round of groups. Every group drawn, kept or not, updates its item's curriculum and
         its environment's reward statistics (merged in item order, so the normaliser's state is
         the same however the groups were spread over workers)."""
-        if round_index == 0:
-            rolled = self.pipeline.first_round(
-                self.step, self.config.trainer.max_steps, count, self.draw
-            )
-        else:
-            rolled = self.pipeline.now(self.draw(self.step, round_index, count))
+        with fsdp.gathered(self.policy.model):  # each process then generates at its own pace
+            if round_index == 0:
+                rolled = self.pipeline.first_round(
+                    self.step, self.config.trainer.max_steps, count, self.draw
+                )
+            else:
+                rolled = self.pipeline.now(self.draw(self.step, round_index, count))
         self.sampler.observe([r.group for r in rolled])
         for r in rolled:
             self.normalizers[r.group.env].observe(r.reward_stats)
@@ -538,8 +571,7 @@ class GRPOTrainer:
         self._initial_evaluations()
         self.final_eval = self._logged_eval()
         self.life.steps(self, "GRPO", self.config.trainer.max_steps)
-        latest = self.run.latest_checkpoint()
-        if not latest or latest[0] != self.step:
+        if self.saved_step != self.step:
             self.save_checkpoint()
         final_eval = self.final_eval
         if final_eval is None:
@@ -644,22 +676,46 @@ class GRPOTrainer:
             "eval_split": self.config.eval.split,
             "seconds": round(seconds, 1),
             "checkpoint": str(latest[1]) if latest else None,
+            # how the last session trained: learner processes, and whether their weights,
+            # gradients and optimizer state were sharded (fsdp over two or more)
+            "learner_processes": self.world_size,
+            "sharded": self.sharded,
         }
 
 
-def describe_policy(policy: Policy, world_size: int) -> str:
-    """The line a run starts with: where it trains, in which precision, on how many processes,
-    and how many of the parameters train."""
+def describe_policy(policy: Policy, world_size: int, sharded: bool = False) -> str:
+    """The line a run starts with: where it trains, in which precision, on how many processes
+    (and whether sharded), and how many of the parameters train."""
     params = list(policy.model.parameters())
     total = sum(p.numel() for p in params)
     trainable = sum(p.numel() for p in params if p.requires_grad)
     dtype = dtype_name(params[0].dtype)  # the embeddings: the base model's dtype
     adapters = ", LoRA" if policy.has_adapters else ""
+    mode = " (fsdp: sharded)" if sharded else ""
     return (
         f"policy on {policy.device}, {dtype}{adapters}, {world_size} learner process"
-        f"{'es' if world_size > 1 else ''}; trainable parameters {trainable:,} of {total:,} "
+        f"{'es' if world_size > 1 else ''}{mode}; trainable parameters {trainable:,} of {total:,} "
         f"({100 * trainable / max(total, 1):.2f}%)"
     )
+
+
+def check_fsdp(config: Config) -> None:
+    """Refuse what `trainer.parallel: fsdp` cannot do yet, before any process starts waiting
+    for the others: rollouts elsewhere than in the learner (Ray workers and inference servers
+    get their weights from a whole-model save each step) and a supervised warm-start (it
+    trains the unsharded model)."""
+    if config.distributed.backend != "inprocess":
+        raise HonedError(
+            f"trainer.parallel: fsdp rolls out in the learner processes; distributed.backend: "
+            f"{config.distributed.backend} is not supported with it yet (use trainer.parallel: "
+            "ddp, or distributed.backend: inprocess)"
+        )
+    if config.sft.steps:
+        raise HonedError(
+            "trainer.parallel: fsdp does not run a supervised warm-start (sft.steps); run it "
+            "first with trainer.parallel: ddp and trainer.max_steps: 0, then set policy.model "
+            "to that run's checkpoints/warmstart"
+        )
 
 
 def _reward_kl(

@@ -29,9 +29,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
+from torch.distributed.tensor import DTensor
 from transformers import PreTrainedModel
 
 from honed.config import TrainerConfig
@@ -212,10 +213,14 @@ class PolicyUpdate:
         reference: PreTrainedModel | AdapterFreeReference | None = None,
         importance_sampling_cap: float = 2.0,
         learners: LearnerGroup | None = None,
+        sharded: bool = False,
     ) -> None:
         """`reference` is a frozen model, or with LoRA the policy's own model with its
         adapters off (`AdapterFreeReference`). With several learner processes (`learners`),
-        each trains on its own sequences and the gradients are summed over the processes."""
+        each trains on its own sequences and the gradients are summed over the processes: by
+        this class (ddp), or by FSDP itself when the model is `sharded`, whose forwards are
+        collective calls: every process then runs as many micro-batches as the one with the
+        most, topped up with micro-batches of weight zero."""
         if settings.beta > 0 and reference is None:
             raise ValueError("beta > 0 needs a reference model")
         self.policy = policy
@@ -225,6 +230,7 @@ class PolicyUpdate:
         self.reference = reference
         self.importance_sampling_cap = importance_sampling_cap
         self.learners = learners or LearnerGroup()
+        self.sharded = sharded
 
     @property
     def kl_in_loss(self) -> bool:
@@ -300,15 +306,25 @@ class PolicyUpdate:
         settings = self.settings
         masks = [torch.as_tensor(s.mask, dtype=torch.float32, device="cpu") for s in sequences]
         weights = token_weights(masks, settings.loss_type, settings.max_completion_length)
+        # a micro-batch that trains nothing: a sequence of the step, every token weight 0
+        filler = [replace(sequences[0], mask=[0] * len(sequences[0].mask), off_policy=False)]
+        filler_weights = [torch.zeros_like(masks[0])]
         if owned is not None:
             mine = [i for i, own in enumerate(owned) if own]
             sequences, weights = [sequences[i] for i in mine], [weights[i] for i in mine]
+        batches = [
+            ([sequences[i] for i in idx], [weights[i] for i in idx])
+            for idx in self.micro_batches(len(sequences))
+        ]
+        if self.sharded:
+            most = self.learners.most(len(batches), self.policy.device)
+            batches += [(filler, filler_weights)] * (most - len(batches))
         stats: dict[str, float] = {}
         # per micro-batch: the batch, π_old (the learner at the start of the step) and π_ref,
         # scored once in the first iteration and reused by later ones
         cache: dict[int, _MicroBatch] = {}
         for iteration in range(settings.num_iterations):
-            stats = self._one_step(sequences, weights, cache)
+            stats = self._one_step(batches, cache)
             stats["iterations"] = float(iteration + 1)
         stats["learning_rate"] = self.optimizer.param_groups[0]["lr"]
         self.scheduler.step()
@@ -346,20 +362,22 @@ class PolicyUpdate:
 
     def _one_step(
         self,
-        sequences: list[TrainSequence],
-        weights: list[torch.Tensor],
+        batches: list[tuple[list[TrainSequence], list[torch.Tensor]]],
         cache: dict[int, _MicroBatch],
     ) -> dict[str, float]:
+        """One optimizer step over the micro-batches (sequences and their token weights)."""
         model = self.policy.model
         model.train()
         self.optimizer.zero_grad(set_to_none=True)
         sums = dict.fromkeys(_SUMS, 0.0)
-        for mb, idx in enumerate(self.micro_batches(len(sequences))):
-            self._backward(mb, [sequences[i] for i in idx], [weights[i] for i in idx], cache, sums)
+        for mb, (chunk, weights) in enumerate(batches):
+            self._backward(mb, chunk, weights, cache, sums)
         if self.learners.distributed:
             self._sum_over_processes(model, sums)
         max_norm = self.settings.max_grad_norm if self.settings.max_grad_norm else math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        if isinstance(grad_norm, DTensor):  # sharded gradients: the norm of the whole
+            grad_norm = grad_norm.full_tensor()
         self.optimizer.step()
         per_tok = max(sums["tokens"], 1.0)
         off_tok = max(sums["off"], 1.0)
@@ -379,9 +397,10 @@ class PolicyUpdate:
         }
 
     def _sum_over_processes(self, model: torch.nn.Module, sums: dict[str, float]) -> None:
-        """Every trainable parameter's gradient, and the statistics, summed over the learner
-        processes (a process without a sequence this step contributes zeros)."""
-        params = [p for p in model.parameters() if p.requires_grad]
+        """The statistics, and every trainable parameter's gradient, summed over the learner
+        processes (a process without a sequence this step contributes zeros); FSDP has summed
+        a sharded model's gradients already."""
+        params = [] if self.sharded else [p for p in model.parameters() if p.requires_grad]
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
