@@ -27,7 +27,8 @@ def _train(tmp_path, *overrides: str, data: dict | None = None) -> GRPOTrainer:
 
 def _metrics(trainer: GRPOTrainer) -> list[dict]:
     rows = trainer.run.read_jsonl(trainer.run.metrics_path)
-    return [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in rows]
+    # wall-clock fields ("perf/...", the row's "time") differ between any two runs
+    return [{k: v for k, v in r.items() if not k.startswith(("perf/", "time"))} for r in rows]
 
 
 def test_auto_is_the_cpu_here_and_gives_the_same_run(tmp_path):
