@@ -144,13 +144,5 @@ class ShardedBackend:
     def metrics(self) -> dict[str, float]:
         return self.inner.metrics()
 
-    def most(self, value: int, device: torch.device) -> int:
-        """The largest `value` of any process (all processes get the same answer)."""
-        if not self.distributed:
-            return value
-        top = torch.tensor([value], dtype=torch.int64, device=device)
-        dist.all_reduce(top, op=dist.ReduceOp.MAX)
-        return int(top.item())
-
     def close(self) -> None:
         self.inner.close()

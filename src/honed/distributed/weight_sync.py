@@ -66,11 +66,9 @@ def endpoint_url(base_url: str, endpoint: str) -> str:
     return str(httpx.URL(base_url).copy_with(path=endpoint, query=None))
 
 
-class ReloadFromDisk:
-    """Save + reload: the policy goes to disk, each server is asked to load that directory.
-
-    The two newest directories are kept (a server may still be reading the previous one).
-    """
+class _WeightsOnDisk:
+    """Weights handed to servers through a directory per version, written atomically; the two
+    newest are kept (a server may still be reading the previous one)."""
 
     def __init__(
         self, server_config: ServerConfig, weights_dir: Path, clients: list[ChatClient]
@@ -79,10 +77,22 @@ class ReloadFromDisk:
         self.dir = Path(weights_dir).resolve()
         self.clients = clients
 
-    def push(self, policy: Policy, version: int) -> int:
+    def _save(self, policy: Policy, version: int) -> Path:
         path = self.dir / f"step_{version}"
         if not path.is_dir():
             atomic_write_dir(path, policy.save)
+        return path
+
+    def _prune(self) -> None:
+        for old in sorted(self.dir.glob("step_*"), key=lambda p: int(p.name[5:]))[:-2]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+class ReloadFromDisk(_WeightsOnDisk):
+    """Save + reload: the policy goes to disk, each server is asked to load that directory."""
+
+    def push(self, policy: Policy, version: int) -> int:
+        path = self._save(policy, version)
         for client in self.clients:
             url = endpoint_url(client.config.base_url, self.server_config.reload_endpoint)
             reply = client.post(url, {"model_path": str(path)}, stage="weight_sync")
@@ -95,8 +105,7 @@ class ReloadFromDisk:
                     f"the inference server at {url} did not load the weights in {path}: "
                     f"{body.get('message', body)}"
                 )
-        for old in sorted(self.dir.glob("step_*"), key=lambda p: int(p.name[5:]))[:-2]:
-            shutil.rmtree(old, ignore_errors=True)
+        self._prune()
         return version
 
 
@@ -104,7 +113,7 @@ LOAD_LORA = "/v1/load_lora_adapter"
 UNLOAD_LORA = "/v1/unload_lora_adapter"
 
 
-class LoadLoraAdapter:
+class LoadLoraAdapter(_WeightsOnDisk):
     """Adapters into vLLM at runtime: after each update, the new adapter is loaded under a
     name of its own (`<model>-step-<version>`, since vLLM refuses a name it already holds),
     completions are requested under it, and the previous adapter is unloaded."""
@@ -112,9 +121,7 @@ class LoadLoraAdapter:
     def __init__(
         self, server_config: ServerConfig, weights_dir: Path, clients: list[ChatClient]
     ) -> None:
-        self.server_config = server_config
-        self.dir = Path(weights_dir).resolve()
-        self.clients = clients
+        super().__init__(server_config, weights_dir, clients)
         self.served_model: str | None = None
 
     def push(self, policy: Policy, version: int) -> int:
@@ -123,9 +130,7 @@ class LoadLoraAdapter:
                 "distributed.server.weight_sync: lora needs policy.lora (the learner must train "
                 "LoRA adapters); use reload to send whole weights"
             )
-        path = self.dir / f"step_{version}"
-        if not path.is_dir():
-            atomic_write_dir(path, policy.save)
+        path = self._save(policy, version)
         name = f"{self.server_config.model}-step-{version}"
         if name == self.served_model:
             return version
@@ -137,8 +142,7 @@ class LoadLoraAdapter:
             for client in self.clients:
                 url = endpoint_url(client.config.base_url, UNLOAD_LORA)
                 client.post(url, {"lora_name": previous}, stage="weight_sync")
-        for old in sorted(self.dir.glob("step_*"), key=lambda p: int(p.name[5:]))[:-2]:
-            shutil.rmtree(old, ignore_errors=True)
+        self._prune()
         return version
 
 
