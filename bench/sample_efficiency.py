@@ -302,8 +302,14 @@ def describe(args: argparse.Namespace) -> str:
     )
 
 
-def fmt(value: int | None) -> str:
-    return "not reached" if value is None else f"{value:,}"
+def crossing_cell(result: dict, gain: float) -> str:
+    """Rollouts (step) at which this run's curve first reached warm-start + `gain`, computed
+    from the curve (so `--results FILE --gain G` reports G's crossings), or the censored bound
+    when it never did within its budget."""
+    point = first_reaching(result["curve"], gain)
+    if point is None:
+        return f"> {result['rollouts_total']:,} (censored)"
+    return f"{point[2]:,} ({point[0]})"
 
 
 def main() -> None:
@@ -407,11 +413,7 @@ def report(args: argparse.Namespace, results: list[dict]) -> None:
         if value is not None:
             ratios.append(value)
         cells = [str(seed), f"{row['uniform']['warm_start_accuracy']:.3f}"]
-        cells += [
-            fmt(row[s]["rollouts_to_target"])
-            + ("" if row[s]["step_to_target"] is None else f" ({row[s]['step_to_target']})")
-            for s in STRATEGIES
-        ]
+        cells += [crossing_cell(row[s], args.gain) for s in STRATEGIES]
         cells += [cell, " / ".join(f"{row[s]['final_accuracy']:.3f}" for s in STRATEGIES)]
         cells += [" / ".join(f"{row[s]['rollouts_total']:,}" for s in STRATEGIES)]
         print("| " + " | ".join(cells) + " |")

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from honed.config import TrainerConfig
 from honed.models.policy import PolicySampler, SamplingParams
 from honed.models.scoring import make_batch
-from honed.rl.loss import clipped_surrogate, kl_penalty, kl_reward_penalty
+from honed.rl.loss import clipped_surrogate, grpo_loss, kl_penalty, kl_reward_penalty
 from honed.rl.update import PolicyUpdate, TrainSequence, prepare
 from honed.types import Group, Segment, Trajectory
 
@@ -67,6 +67,40 @@ def test_each_loss_estimator_has_the_gradient_the_docs_name(estimator, divergenc
     )
     assert float(analytic.abs().max()) > 1e-2 or divergence is None  # a real check, not 0 = 0
     assert torch.allclose(expected, analytic, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("estimator", ["k1", "k3"])
+def test_bias_corrected_kl_has_the_gradient_of_the_reverse_kl(estimator):
+    """`use_bias_correction_kl` (TRL's default) multiplies the KL term by ρ = π_θ / π_old with
+    its gradient: on-policy, E_{y∼π_old}[∇(ρ·k)] = ∇ E_{y∼π}[k] = ∇ KL(π ‖ π_ref) for k1 and k3,
+    whose values average to that KL; without it k3's gradient is that of KL(π_ref ‖ π)."""
+    theta, ref = _one_position()
+    one, zero = torch.ones(1, 1, dtype=torch.float64), torch.zeros(1, dtype=torch.float64)
+
+    def corrected(logp, y):
+        return grpo_loss(
+            logp, logp.detach(), zero, one, epsilon_low=0.2, epsilon_high=0.2,
+            ref_logp=ref[y].reshape(1, 1), beta=BETA, kl_estimator=estimator,
+            kl_bias_correction=True,
+        ).loss  # fmt: skip
+
+    expected = _expected_gradient(theta, corrected)
+    reverse = BETA * _reverse_kl_gradient(theta, ref)
+    assert torch.allclose(expected, reverse, atol=1e-6, rtol=0)
+    assert not torch.allclose(reverse, BETA * _forward_kl_gradient(theta, ref), atol=1e-3)
+
+
+def test_bias_correction_leaves_the_kl_value_alone_at_ratio_one():
+    """On the first iteration ρ = 1, so the logged KL is the plain estimate."""
+    logp = torch.tensor([[-1.0, -2.0]], dtype=torch.float64)
+    ref = torch.tensor([[-1.5, -1.0]], dtype=torch.float64)
+    args = (logp, logp, torch.zeros(1, dtype=torch.float64), torch.ones(1, 2, dtype=torch.float64))
+    plain = grpo_loss(*args, epsilon_low=0.2, epsilon_high=0.2, ref_logp=ref, beta=BETA)
+    fixed = grpo_loss(
+        *args, epsilon_low=0.2, epsilon_high=0.2, ref_logp=ref, beta=BETA, kl_bias_correction=True
+    )
+    assert torch.equal(plain.kl, fixed.kl)
+    assert float(fixed.loss) == pytest.approx(BETA * float(kl_penalty(logp, ref, "k3").sum()))
 
 
 def test_estimator_values_and_the_unbiased_ones_expectations():

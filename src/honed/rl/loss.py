@@ -169,6 +169,7 @@ def grpo_loss(
     ref_logp: torch.Tensor | None = None,
     beta: float = 0.0,
     kl_estimator: str = "k3",
+    kl_bias_correction: bool = False,
     behaviour_logp: torch.Tensor | None = None,
     off_policy: torch.Tensor | None = None,
     importance_sampling_cap: float = 2.0,
@@ -180,7 +181,8 @@ def grpo_loss(
 
     with ρ = π_θ / π_old (`logp`, `old_logp`: [B, C]), A the sequence's advantage ([B]), KL the
     per-token estimator against the reference (`kl_penalty`; only when `ref_logp` is given),
-    IS = min(π_old / μ, cap) on `off_policy` tokens and 1 elsewhere
+    multiplied by the differentiable ratio ρ when `kl_bias_correction` is set (then its expected
+    gradient is ∇ KL(π_θ ‖ π_ref) for k1 and k3, see docs/kl.md), IS = min(π_old / μ, cap) on `off_policy` tokens and 1 elsewhere
     (`truncated_importance_weights`, μ = `behaviour_logp`), and w the token weights of
     `token_weights`, which fix the `loss_type`'s normaliser for the whole optimizer step, so
     summing the micro-batches' losses gives the full batch's, however it is split. Padding
@@ -191,6 +193,8 @@ def grpo_loss(
     kl = None
     if ref_logp is not None:
         kl = kl_penalty(logp, ref_logp, kl_estimator)
+        if kl_bias_correction:
+            kl = kl * surrogate.ratio
         per_token = per_token + beta * kl
     if off_policy is None:
         off_policy = torch.zeros_like(logp, dtype=torch.bool)
