@@ -197,7 +197,12 @@ def test_rollout_workers_build_the_tools_env_and_roll_out_what_the_learner_does(
 
 def _metric_rows(run: RunDir) -> list[dict]:
     return [
-        {k: v for k, v in r.items() if not k.startswith("perf/") and not k.endswith("mean_seconds")}
+        # wall-clock fields (perf/*, the row's time, tools' mean_seconds) differ between any runs
+        {
+            k: v
+            for k, v in r.items()
+            if not k.startswith(("perf/", "time")) and not k.endswith("mean_seconds")
+        }
         for r in run.read_jsonl(run.metrics_path)
         if "reward/mean" in r
     ]
