@@ -4,6 +4,8 @@
 - `store_everything`: every chunk kept verbatim and shown whole, like a long context.
 - `rag_chunks`: every chunk kept verbatim, the top-k (default 2) by BM25 shown per question,
   the paper's RAG-Top2.
+- `rule_memory`: the rule baseline's memory: every sentence of every chunk that is not chatter,
+  inserted verbatim, never updated or deleted (a trained writer must beat this rule).
 - `memories_result`: any built memories (the reference plan's, or an agent's) through the
   agents' retrieval path.
 
@@ -13,14 +15,17 @@ baselines store all of the input), and so is compression (r3, unclipped).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import mean
 
 from honed.envs.memory.data import Instance
+from honed.envs.memory.paperdata import is_chatter
 from honed.envs.memory.retrieval import Reader, answer_scores, bm25_top
 from honed.envs.memory.rewards import compression
-from honed.envs.memory.store import Memory, TokenCounter, word_tokens
+from honed.envs.memory.store import EPISODIC, SEMANTIC, Memory, TokenCounter, word_tokens
+from honed.envs.memory.tools import chunk_sentences
 
 
 @dataclass
@@ -69,6 +74,29 @@ def rag_chunks(
         contexts = ["\n".join(inst.chunks[i] for i in sorted(top)) for top in tops]
         scores.append([reader.score(q, c) for q, c in zip(inst.questions, contexts, strict=True)])
     return _raw(f"RAG top-{k} chunks", scores, instances, count)
+
+
+_TIME = re.compile(r"\bday \d+\b", re.IGNORECASE)
+
+
+def rule_memory(
+    instance: Instance,
+    chatter: Callable[[str], bool] = is_chatter,
+    core_tokens: int = 512,
+    count: TokenCounter = word_tokens,
+    budget: int | None = None,
+) -> Memory:
+    """The rule baseline: insert every sentence of every chunk that is not `chatter`, verbatim
+    (a sentence with a time, `day N`, into episodic, any other into semantic), never update or
+    delete. The instance's memory budget applies (`budget` when it has none): once it is full,
+    later inserts fail, as an agent's would. Sentences are the chunk's as a quote copies them
+    (`chunk_sentences`)."""
+    memory = Memory(core_tokens, count, instance.budget if instance.budget is not None else budget)
+    for chunk in instance.chunks:
+        for sentence in chunk_sentences(chunk):
+            if not chatter(sentence):
+                memory.insert(EPISODIC if _TIME.search(sentence) else SEMANTIC, sentence)
+    return memory
 
 
 def memories_result(

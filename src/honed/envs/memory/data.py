@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from honed.envs.memory.store import EPISODIC, SEMANTIC, Memory
-from honed.envs.memory.tools import INSERT, UPDATE, ToolCall
+from honed.envs.memory.tools import DELETE, INSERT, UPDATE, ToolCall
 from honed.errors import HonedError
 from honed.types import SPLITS, derive_seed
 
@@ -71,11 +71,13 @@ class Question:
 
 @dataclass
 class PlanOp:
-    """One reference memory operation; an update names the text it replaces, not an id.
+    """One reference memory operation; an update or a delete names the text it replaces or
+    removes, not an id (a delete's `content` is the sentence that says so, never written).
 
     Ids depend on the memory's history and an update is only possible when the policy can see
     the entry it changes, so `call` resolves the target against the live memory and the ids
-    shown in the prompt, and falls back to inserting the new text when the target is hidden.
+    shown in the prompt, and falls back to inserting the new text when the target is hidden
+    (a delete of a hidden entry is left out: `None`).
     """
 
     op: str
@@ -83,7 +85,12 @@ class PlanOp:
     content: str
     target: str | None = None
 
-    def call(self, memory: Memory, visible: set[str]) -> ToolCall:
+    def call(self, memory: Memory, visible: set[str]) -> ToolCall | None:
+        if self.op == "delete":
+            for memory_id, text in memory.items(self.store):
+                if text == self.target and memory_id in visible:
+                    return ToolCall(DELETE, {"memory_type": self.store, "memory_id": memory_id})
+            return None
         if self.op == "update":
             for memory_id, text in memory.items(self.store):
                 if text == self.target and memory_id in visible:
@@ -100,12 +107,14 @@ class PlanOp:
 
 @dataclass
 class Instance:
-    """Chunks to read in order, questions about them, and (synthetic data) a reference plan."""
+    """Chunks to read in order, questions about them, and (synthetic data) a reference plan;
+    `budget`, when set, caps the memory's tokens (an insert or update past it fails)."""
 
     id: str
     chunks: list[str]
     questions: list[Question]
     plan: list[list[PlanOp]] | None = None
+    budget: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -118,6 +127,7 @@ class Instance:
             chunks=list(data["chunks"]),
             questions=[Question(**q) for q in data["questions"]],
             plan=None if plan is None else [[PlanOp(**op) for op in step] for step in plan],
+            budget=data.get("budget"),
         )
 
 
@@ -135,6 +145,14 @@ class DataSpec:
     relations: int = 1  # "A works for B" facts, each asked as a two-hop question
     chatter: int = 2  # chatter-only chunks
     chatter_rate: float = 1.0  # chance that an informative chunk also carries chatter
+    # `paper` (paperdata.py): long chunks, distractors, changes and deletions, paraphrased
+    # questions, a memory budget; the fields below are read only by it
+    synthetic: str = "simple"
+    chunks: int = 4  # chunks per instance
+    chunk_min: int = 400  # characters per chunk (the embedded policy's tokens)
+    chunk_max: int = 1500
+    distractors: int = 3  # sentences like a fact that answer nothing
+    deletions: int = 1  # facts that stop being true later (the reference deletes them)
 
     def size(self, split: str) -> int:
         return {
@@ -144,6 +162,15 @@ class DataSpec:
         }[split]
 
     def check(self) -> None:
+        if self.synthetic not in SYNTHETIC:
+            raise HonedError(
+                f"memory data: synthetic must be one of {', '.join(SYNTHETIC)}, not "
+                f"{self.synthetic!r}"
+            )
+        if self.chunks < 1 or not 0 < self.chunk_min <= self.chunk_max:
+            raise HonedError("memory data: need chunks >= 1 and 0 < chunk_min <= chunk_max")
+        if self.synthetic == "paper" and self.events + self.distractors > len(_DAYS):
+            raise HonedError(f"memory data: at most {len(_DAYS)} events and distractors")
         if self.entities < 1:
             raise HonedError("memory data: entities must be at least 1")
         if not 1 <= self.facts <= len(_ATTRIBUTES):
@@ -158,7 +185,7 @@ class DataSpec:
         if self.events > min(len(_DAYS), kinds):
             raise HonedError(f"memory data: at most {min(len(_DAYS), kinds)} events")
         for f in fields(self):
-            if f.name != "chatter_rate" and getattr(self, f.name) < 0:
+            if f.name not in ("chatter_rate", "synthetic") and getattr(self, f.name) < 0:
                 raise HonedError(f"memory data: {f.name} must not be negative")
 
 
@@ -185,13 +212,14 @@ _EVENTS = [
     ("painted", "paint", ["a fence", "a boat", "a door", "a wall", "a chair"]),
 ]  # fmt: skip
 _RELATIONS = [("works for", "boss"), ("rents from", "landlord")]
-_CHATTER = [
+CHATTER = [
     "It rained all day long.", "The tea was cold again.", "We talked about old films.",
     "The bus was very late.", "Nothing much happened after lunch.", "The soup was far too salty.",
     "We sang a silly song.", "The wifi was slow again.", "{n} smiled at everyone.",
     "{n} was very tired.", "{n} told a long joke.", "{n} said hello to us.",
 ]  # fmt: skip
 _DAYS = range(1, 31)
+SYNTHETIC = ("simple", "paper")
 _NAME = re.compile(r"\b[A-Z][a-z]{3}\b")
 
 
@@ -199,7 +227,7 @@ def _vocabulary() -> set[str]:
     words: set[str] = set()
     texts = [t for a in _ATTRIBUTES.values() for t in (*a[:3], *a[3])]
     texts += [t for past, base, objs in _EVENTS for t in (past, base, *objs)]
-    texts += [t for pair in _RELATIONS for t in pair] + _CHATTER + ["day"]
+    texts += [t for pair in _RELATIONS for t in pair] + CHATTER + ["day"]
     for text in texts:
         words.update(w.strip(".?'{}").lower() for w in text.split())
     return words
@@ -373,7 +401,7 @@ def _questions(
 
 def _with_chatter(text: str, names: list[str], spec: DataSpec, rng: random.Random) -> str:
     def chatter() -> str:
-        return rng.choice(_CHATTER).format(n=rng.choice(names))
+        return rng.choice(CHATTER).format(n=rng.choice(names))
 
     if not text:
         return f"{chatter()} {chatter()}"

@@ -26,10 +26,11 @@ from statistics import mean
 from typing import Any
 
 from honed.envs.base import Generator, Sample, Table
-from honed.envs.memory import baselines
+from honed.envs.memory import baselines, paperdata
 from honed.envs.memory.data import DataSpec, Instance, generate, load_jsonl
+from honed.envs.memory.extractive import ExtractiveReader
 from honed.envs.memory.parsing import parse_calls
-from honed.envs.memory.prompt import PROMPT_CHARS, STYLES, Prompt, render_prompt
+from honed.envs.memory.prompt import PROMPT_CHARS, STYLES, Prompt, render_prompt, visible_ids
 from honed.envs.memory.report import memory_report
 from honed.envs.memory.retrieval import Chat, answer_scores, chat_model, make_reader
 from honed.envs.memory.rewards import (
@@ -148,10 +149,12 @@ class MemoryEnv:
         count: TokenCounter = word_tokens,
         recent: int = 5,
         prompt_chars: int | None = None,
+        max_prompt_tokens: int | None = None,
         prompt_style: str = "compact",
         quote: bool = False,
+        memory_budget: int | None = None,
         path: str | Path | None = None,
-        **data: float,
+        **data: Any,
     ) -> None:
         weights = _reward_weights(name, data, compression_weight, validity_weight)
         for arg, value, options in (
@@ -177,7 +180,9 @@ class MemoryEnv:
         self.no_call_credit = no_call_credit
         if "llm" in (reader, judge):
             chat = chat_model(chat, f"memory env {name!r}")
-        self.reader = make_reader(reader, chat)  # type: ignore[arg-type]
+        self.reader = (
+            ExtractiveReader() if reader == "extract" else make_reader(reader, chat)  # type: ignore[arg-type]
+        )
         self.judge = make_judge(judge, chat)  # type: ignore[arg-type]
         self.top_k = top_k
         self.core_tokens = core_tokens
@@ -185,6 +190,19 @@ class MemoryEnv:
         self.recent, self.prompt_style = recent, prompt_style
         self.quote = quote
         self.prompt_chars = prompt_chars or PROMPT_CHARS[prompt_style]
+        for arg, value in (
+            ("max_prompt_tokens", max_prompt_tokens),
+            ("memory_budget", memory_budget),
+        ):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise HonedError(
+                    f"memory env {name!r}: {arg} must be a positive integer, got {value!r}"
+                )
+        self.max_prompt_tokens = max_prompt_tokens
+        self.memory_budget = memory_budget
+        self._count_prompt: TokenCounter | None = None
         self.path = path
         self.spec = DataSpec(**data)  # type: ignore[arg-type]
         self.spec.check()
@@ -201,7 +219,8 @@ class MemoryEnv:
             if self.path is not None:
                 by_split = load_jsonl(self.path)
             else:
-                by_split = {s: generate(s, self.spec, self.seed) for s in SPLITS}
+                make = paperdata.generate if self.spec.synthetic == "paper" else generate
+                by_split = {s: make(s, self.spec, self.seed) for s in SPLITS}
             self._items = {
                 s: [Item(inst.id, self.name, inst.to_dict()) for inst in instances]
                 for s, instances in by_split.items()
@@ -216,8 +235,9 @@ class MemoryEnv:
     def rollout(
         self, items: Sequence[Item], generator: Generator, num_generations: int, seed: int
     ) -> list[Group]:
+        self._bind(generator)
         instances = [Instance.from_dict(item.data) for item in items]
-        runs = [[self._memory_run() for _ in range(num_generations)] for _ in items]
+        runs = [[self._memory_run(inst) for _ in range(num_generations)] for inst in instances]
         for t in range(max((len(inst.chunks) for inst in instances), default=0)):
             batch = [
                 (i, g)
@@ -242,12 +262,47 @@ class MemoryEnv:
             for item, inst, item_runs in zip(items, instances, runs, strict=True)
         ]
 
-    def _memory_run(self) -> _Run:
-        return _Run(Memory(self.core_tokens, self.count))
+    def _memory(self, inst: Instance) -> Memory:
+        """An empty memory with the instance's budget (else the environment's)."""
+        budget = inst.budget if inst.budget is not None else self.memory_budget
+        return Memory(self.core_tokens, self.count, budget)
+
+    def _memory_run(self, inst: Instance) -> _Run:
+        return _Run(self._memory(inst))
+
+    def _bind(self, holder: object) -> None:
+        """Count prompt tokens with the policy's tokenizer (`max_prompt_tokens`); `holder` is
+        the policy, or a generator that has one."""
+        if self.max_prompt_tokens is None:
+            return
+        policy = getattr(holder, "policy", holder)
+        tokenizer = getattr(policy, "tokenizer", None)
+        if tokenizer is None:
+            raise HonedError(
+                f"memory env {self.name!r}: max_prompt_tokens counts the policy's tokens, but "
+                f"{type(holder).__name__} has no tokenizer; use prompt_chars instead"
+            )
+        encode = getattr(policy, "encode", None)
+        if callable(encode):
+            self._count_prompt = lambda text: len(encode(text))
+        else:
+            self._count_prompt = lambda text: len(tokenizer(text)["input_ids"])
 
     def _prompt(self, memory: Memory, chunk: str) -> Prompt:
+        if self.max_prompt_tokens is not None and self._count_prompt is None:
+            raise HonedError(
+                f"memory env {self.name!r}: max_prompt_tokens needs the policy's tokenizer "
+                "before a prompt is rendered (rollout and warm-start give it)"
+            )
         return render_prompt(
-            memory, chunk, self.prompt_style, self.recent, self.prompt_chars, numbered=self.quote
+            memory,
+            chunk,
+            self.prompt_style,
+            self.recent,
+            self.prompt_chars,
+            numbered=self.quote,
+            max_tokens=self.max_prompt_tokens,
+            count=self._count_prompt,
         )
 
     def _step(self, run: _Run, chunk: str, prompt: str, sample: Sample) -> None:
@@ -341,20 +396,37 @@ class MemoryEnv:
         """
         return self._replay(Instance.from_dict(item.data))[0]
 
+    def sft_sequences(
+        self, item: Item, policy: Any
+    ) -> list[tuple[list[int], list[int], list[int]]]:
+        """`sft_examples` as token ids of `policy`, whose tokenizer also measures the prompt
+        budget (`max_prompt_tokens`), as in rollouts."""
+        self._bind(policy)
+        out = []
+        for prompt, target in self.sft_examples(item):
+            ids = policy.encode_target(target)
+            out.append((policy.encode(prompt), ids, [1] * len(ids)))
+        return out
+
     def reference_memory(self, item: Item) -> Memory:
         """The memory the reference plan builds (what a perfect warm-start would write)."""
-        return self._replay(Instance.from_dict(item.data))[1]
+        return self._replay(Instance.from_dict(item.data), render=False)[1]
 
-    def _replay(self, inst: Instance) -> tuple[list[tuple[str, str]], Memory]:
-        memory = Memory(self.core_tokens, self.count)
+    def _replay(self, inst: Instance, render: bool = True) -> tuple[list[tuple[str, str]], Memory]:
+        """The reference plan run against a memory: (prompt, reply) per chunk when `render`, and
+        the memory it leaves (the ids an update can target are those a prompt shows, which do
+        not depend on the prompt budget)."""
+        memory = self._memory(inst)
         if inst.plan is None:
             return [], memory
         examples = []
         for chunk, ops in zip(inst.chunks, inst.plan, strict=True):
-            prompt = self._prompt(memory, chunk)
-            calls = [op.call(memory, prompt.visible) for op in ops]
-            shown = quote_calls(calls, chunk_sentences(chunk)) if self.quote else calls
-            examples.append((prompt.text, format_calls(shown, self.prompt_style)))
+            visible = visible_ids(memory, self.recent)
+            calls = [c for op in ops if (c := op.call(memory, visible)) is not None]
+            if render:
+                prompt = self._prompt(memory, chunk)
+                shown = quote_calls(calls, chunk_sentences(chunk)) if self.quote else calls
+                examples.append((prompt.text, format_calls(shown, self.prompt_style)))
             for call in calls:
                 execute(memory, call)
         return examples, memory
@@ -368,9 +440,18 @@ class MemoryEnv:
     def baselines_on(self, items: Sequence[Item]) -> list[baselines.BaselineResult]:
         instances = [Instance.from_dict(item.data) for item in items]
         results = baselines.run_baselines(instances, self.reader, count=self.count)
+        rules = [
+            baselines.rule_memory(
+                i, core_tokens=self.core_tokens, count=self.count, budget=self.memory_budget
+            )
+            for i in instances
+        ]
+        results.append(
+            baselines.memories_result("rule", instances, rules, self.reader, self.top_k, self.count)
+        )
         planned = [inst for inst in instances if inst.plan is not None]
         if planned:
-            memories = [self._replay(inst)[1] for inst in planned]
+            memories = [self._replay(inst, render=False)[1] for inst in planned]
             results.append(
                 baselines.memories_result(
                     "reference plan", planned, memories, self.reader, self.top_k, self.count

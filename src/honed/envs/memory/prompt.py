@@ -17,16 +17,19 @@ reply quotes by number: `[{"u":"s1","c":1}]`. The
 `full` style, for chat models, describes the stores in words, lists the OpenAI function
 schemas and asks for `{"name": ..., "arguments": ...}` calls.
 
-As in Mem-α, the whole core is shown but only the most recent entries of each store: at most
-`recent` of each, then fewer (the oldest of the store showing more goes first) until the prompt
-fits `max_chars`. Characters,
-not tokens, measure the budget, so it means the same for every tokenizer; only the header, the
-core and the chunk themselves can exceed it.
+As in Mem-α, the whole core is shown but only the most recent entries of each store (at most
+`recent` of each). When the prompt does not fit its budget, the entries' contents are shortened
+(each to the same number of words, "..." marking the cut; at the limit only the ids are
+left), never their ids: an id the model cannot see is an entry it cannot update or delete. The
+budget is `max_chars` characters, or `max_tokens` tokens of the policy's tokenizer (`count`, the
+environment's `max_prompt_tokens`); only the header, the core and the chunk themselves can
+exceed it.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from honed.envs.memory.store import LISTS, Memory
@@ -64,26 +67,60 @@ def render_prompt(
     recent: int = 5,
     max_chars: int = 400,
     numbered: bool = False,
+    max_tokens: int | None = None,
+    count: Callable[[str], int] | None = None,
 ) -> Prompt:
     """`numbered`: the chunk's sentences one per line, each after its number (what a quote
-    names), instead of the chunk as written."""
+    names), instead of the chunk as written. With `max_tokens` and `count` (the policy's token
+    counter) the budget is `max_tokens` tokens instead of `max_chars` characters."""
     header = COMPACT_HEADER if style == "compact" else FULL_HEADER
     chunk_line = f"chunk: {chunk}"
     if numbered:
         sentences = chunk_sentences(chunk)
         chunk_line = "chunk:" + "".join(f"\n{i} {s}" for i, s in enumerate(sentences, 1))
-    shown = {store: min(max(recent, 0), len(memory.items(store))) for store in LISTS}
-    while True:
-        entries = [pair for store in LISTS for pair in _tail(memory.items(store), shown[store])]
+    entries = shown_entries(memory, recent)
+    visible = {memory_id for memory_id, _ in entries}
+
+    def text(cap: int | None) -> str:
         lines = [header, f"core: {memory.core}"]
-        lines += [f"{memory_id} {text}" for memory_id, text in entries]
-        lines += [chunk_line, "calls:"]
-        text = "\n".join(lines)
-        if len(text) <= max_chars or not any(shown.values()):
-            return Prompt(text, {memory_id for memory_id, _ in entries})
-        # Drop the oldest shown entry of the store showing more (episodic on a tie).
-        shown[max(reversed(LISTS), key=shown.__getitem__)] -= 1
+        lines += [f"{memory_id} {_shorten(content, cap)}" for memory_id, content in entries]
+        return "\n".join([*lines, chunk_line, "calls:"])
+
+    if max_tokens is not None and count is not None:
+        fits = lambda t: count(t) <= max_tokens  # noqa: E731
+    else:
+        fits = lambda t: len(t) <= max_chars  # noqa: E731
+    full = text(None)
+    if fits(full):
+        return Prompt(full, visible)
+    lo, hi = 0, max((len(c.split()) for _, c in entries), default=0)
+    while lo < hi:  # the most words per entry that fit; 0 leaves the ids alone
+        mid = (lo + hi + 1) // 2
+        if fits(text(mid)):
+            lo = mid
+        else:
+            hi = mid - 1
+    return Prompt(text(lo), visible)
+
+
+def shown_entries(memory: Memory, recent: int) -> list[tuple[str, str]]:
+    """The (id, content) pairs a prompt shows: the `recent` newest of each store, in order."""
+    return [pair for store in LISTS for pair in _tail(memory.items(store), max(recent, 0))]
+
+
+def visible_ids(memory: Memory, recent: int) -> set[str]:
+    """The ids a prompt shows (whatever its budget: contents are shortened, ids never)."""
+    return {memory_id for memory_id, _ in shown_entries(memory, recent)}
+
+
+def _shorten(content: str, cap: int | None) -> str:
+    """`content` cut to its first `cap` words, "..." marking the cut (ASCII: the embedded
+    policy has no "…")."""
+    words = content.split()
+    if cap is None or len(words) <= cap:
+        return content
+    return " ".join([*words[:cap], "..."])
 
 
 def _tail(items: list[tuple[str, str]], n: int) -> list[tuple[str, str]]:
-    return items[len(items) - n :] if n else []
+    return items[max(len(items) - n, 0) :] if n else []

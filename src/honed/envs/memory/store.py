@@ -79,9 +79,12 @@ class ToolResult:
 class Memory:
     """Three stores with short stable ids, a capped core and duplicate-skipping inserts."""
 
-    def __init__(self, core_tokens: int = 512, count: TokenCounter = word_tokens) -> None:
+    def __init__(
+        self, core_tokens: int = 512, count: TokenCounter = word_tokens, budget: int | None = None
+    ) -> None:
         self.core_tokens = core_tokens
         self.count = count
+        self.budget = budget  # tokens of the whole memory; None: unbounded
         self.core = ""
         self.entries: dict[str, dict[str, str]] = {SEMANTIC: {}, EPISODIC: {}}
         self.next_id: dict[str, int] = {SEMANTIC: 1, EPISODIC: 1}
@@ -97,6 +100,9 @@ class Memory:
             return ToolResult(
                 False, f"skipped: duplicate of {duplicate}", memory_id=duplicate, store=store
             )
+        full = self._over_budget(self.count(content))
+        if full:
+            return ToolResult(False, full, store=store)
         memory_id = f"{ID_PREFIX[store]}{self.next_id[store]}"
         self.next_id[store] += 1
         self.entries[store][memory_id] = content
@@ -108,6 +114,9 @@ class Memory:
             return ToolResult(False, "empty content", memory_id, store)
         if store == CORE:
             text, truncated = self._cap(content)
+            full = self._over_budget(self.count(text) - self.count(self.core))
+            if full:
+                return ToolResult(False, full, CORE, store)
             self.core = text
             note = f" (truncated to {self.core_tokens} tokens)" if truncated else ""
             return ToolResult(True, f"updated core{note}", CORE, store, text)
@@ -118,6 +127,9 @@ class Memory:
         duplicate = self._find(store, content)
         if duplicate is not None and duplicate != memory_id:
             return ToolResult(False, f"skipped: duplicate of {duplicate}", memory_id, store)
+        full = self._over_budget(self.count(content) - self.count(self.entries[store][memory_id]))
+        if full:
+            return ToolResult(False, full, memory_id, store)
         self.entries[store][memory_id] = content
         return ToolResult(True, f"updated {memory_id}", memory_id, store, content)
 
@@ -158,11 +170,17 @@ class Memory:
             "episodic": dict(self.entries[EPISODIC]),
             "next_id": dict(self.next_id),
             "core_tokens": self.core_tokens,
+            "budget": self.budget,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], count: TokenCounter = word_tokens) -> Memory:
-        memory = cls(core_tokens=int(data.get("core_tokens", 512)), count=count)
+        budget = data.get("budget")
+        memory = cls(
+            core_tokens=int(data.get("core_tokens", 512)),
+            count=count,
+            budget=None if budget is None else int(budget),
+        )
         memory.core = str(data.get("core", ""))
         for store in LISTS:
             memory.entries[store] = {str(k): str(v) for k, v in data.get(store, {}).items()}
@@ -175,6 +193,15 @@ class Memory:
     @classmethod
     def from_json(cls, text: str, count: TokenCounter = word_tokens) -> Memory:
         return cls.from_dict(json.loads(text), count=count)
+
+    def _over_budget(self, added: int) -> str | None:
+        """Why writing `added` more tokens is refused (the memory's budget), or None."""
+        if self.budget is None or added <= 0 or self.tokens() + added <= self.budget:
+            return None
+        return (
+            f"memory full: {self.tokens()} of {self.budget} tokens used; delete or shorten an "
+            "entry first"
+        )
 
     def _find(self, store: str, content: str) -> str | None:
         for memory_id, text in self.entries[store].items():
