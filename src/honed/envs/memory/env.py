@@ -20,17 +20,26 @@ from __future__ import annotations
 import inspect
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from honed.envs.base import Generator, Sample, Table
+from honed.envs.base import Generator, Table
 from honed.envs.memory import baselines, paperdata
 from honed.envs.memory.data import DataSpec, Instance, generate, load_jsonl
 from honed.envs.memory.extractive import ExtractiveReader
 from honed.envs.memory.parsing import parse_calls
-from honed.envs.memory.prompt import PROMPT_CHARS, STYLES, Prompt, render_prompt, visible_ids
+from honed.envs.memory.prompt import (
+    PROMPT_CHARS,
+    STYLES,
+    Prompt,
+    chat_messages,
+    fit,
+    render_prompt,
+    shown_entries,
+    visible_ids,
+)
 from honed.envs.memory.report import memory_report
 from honed.envs.memory.retrieval import Chat, answer_scores, chat_model, make_reader
 from honed.envs.memory.rewards import (
@@ -46,14 +55,27 @@ from honed.envs.memory.rewards import (
 from honed.envs.memory.store import Memory, TokenCounter, ToolResult, word_tokens
 from honed.envs.memory.tools import (
     DELETE,
+    OFFICIAL_TOOL_SCHEMAS,
+    ToolCall,
     chunk_sentences,
     execute,
     format_calls,
+    official_call,
     quote_calls,
     resolve_quote,
 )
+from honed.envs.multiturn import ChatFormat, Episode, chat_format, run_episodes
 from honed.errors import HonedDeprecationWarning, HonedError, did_you_mean
-from honed.types import SPLITS, Group, Item, Trajectory, derive_seed
+from honed.types import (
+    SPLITS,
+    Group,
+    Item,
+    Message,
+    Segment,
+    Trajectory,
+    derive_seed,
+    prompt_text,
+)
 
 GROUPINGS = ("instance", "trajectory")
 _DATA_ARGS = tuple(f.name for f in fields(DataSpec))
@@ -102,7 +124,7 @@ class _Run:
 
     memory: Memory
     prompts: list[str] = field(default_factory=list)
-    samples: list[Sample] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
     outcomes: list[ChunkOutcome] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
     # per chunk: the chunk, the reply with its calls, the results and the memory after it
@@ -151,6 +173,7 @@ class MemoryEnv:
         prompt_chars: int | None = None,
         max_prompt_tokens: int | None = None,
         prompt_style: str = "compact",
+        tool_format: str = "auto",
         quote: bool = False,
         memory_budget: int | None = None,
         path: str | Path | None = None,
@@ -189,6 +212,7 @@ class MemoryEnv:
         self.count = count
         self.recent, self.prompt_style = recent, prompt_style
         self.quote = quote
+        self.tool_format = tool_format
         self.prompt_chars = prompt_chars or PROMPT_CHARS[prompt_style]
         for arg, value in (
             ("max_prompt_tokens", max_prompt_tokens),
@@ -236,6 +260,11 @@ class MemoryEnv:
         self, items: Sequence[Item], generator: Generator, num_generations: int, seed: int
     ) -> list[Group]:
         self._bind(generator)
+        chat = None
+        if self.prompt_style == "chat":
+            chat = chat_format(
+                generator, f"memory env {self.name!r}", OFFICIAL_TOOL_SCHEMAS, self.tool_format
+            )
         instances = [Instance.from_dict(item.data) for item in items]
         runs = [[self._memory_run(inst) for _ in range(num_generations)] for inst in instances]
         for t in range(max((len(inst.chunks) for inst in instances), default=0)):
@@ -245,13 +274,16 @@ class MemoryEnv:
                 if t < len(inst.chunks)
                 for g in range(num_generations)
             ]
-            prompts = [
-                self._prompt(runs[i][g].memory, instances[i].chunks[t]).text for i, g in batch
-            ]
             seeds = [derive_seed(seed, items[i].key, g, t) for i, g in batch]
-            samples = generator.generate(prompts, seeds)
-            for (i, g), prompt, sample in zip(batch, prompts, samples, strict=True):
-                self._step(runs[i][g], instances[i].chunks[t], prompt, sample)
+            jobs = [(runs[i][g].memory, instances[i].chunks[t]) for i, g in batch]
+            if chat is None:
+                prompts = [self._prompt(memory, chunk).text for memory, chunk in jobs]
+                samples = generator.generate(prompts, seeds)
+                turns = [(p, s.text, s.segment()) for p, s in zip(prompts, samples, strict=True)]
+            else:
+                turns = self._chat_turns(chat, generator, jobs, seeds)
+            for (i, g), (prompt, text, segment) in zip(batch, turns, strict=True):
+                self._step(runs[i][g], instances[i].chunks[t], prompt, text, segment)
         return [
             Group(
                 self.name,
@@ -305,9 +337,49 @@ class MemoryEnv:
             count=self._count_prompt,
         )
 
-    def _step(self, run: _Run, chunk: str, prompt: str, sample: Sample) -> None:
+    def _chat_messages(self, memory: Memory, chunk: str, chat: ChatFormat) -> list[Message]:
+        """The `chat` style's messages for one chunk, entry contents cut to fit the budget
+        (`max_prompt_tokens` of the templated prompt, else `prompt_chars` of its text)."""
+        if self.max_prompt_tokens is not None:
+            budget = self.max_prompt_tokens
+            fits = lambda m: len(chat.prompt_ids(m)) <= budget  # noqa: E731
+        else:
+            fits = lambda m: len(chat.render(m, True)) <= self.prompt_chars  # noqa: E731
+        return fit(
+            lambda cap: chat_messages(memory, chunk, self.recent, cap),
+            fits,
+            shown_entries(memory, self.recent),
+        )
+
+    def _chat_turns(
+        self,
+        chat: ChatFormat,
+        generator: Generator,
+        jobs: list[tuple[Memory, str]],
+        seeds: list[int],
+    ) -> list[tuple[str, str, Segment]]:
+        """One reply per (memory, chunk) through the multi-turn machinery: the prompt rendered
+        by the chat template with the official tools, one turn, token-exact (`Episode`)."""
+        episodes = []
+        for memory, chunk in jobs:
+            messages = self._chat_messages(memory, chunk, chat)
+            episodes.append(Episode(messages, chat.prompt_ids(messages)))
+        run_episodes(
+            episodes,
+            generator,  # type: ignore[arg-type]  # chat_format checked it is a ChatGenerator
+            chat,
+            lambda k, _turn: seeds[k],
+            lambda took: [None] * len(took),  # the chunk's reply is its only turn
+            max_turns=1,
+        )
+        return [
+            (prompt_text(e.prompt), e.turns[0].text if e.turns else "", e.segment())
+            for e in episodes
+        ]
+
+    def _step(self, run: _Run, chunk: str, prompt: str, text: str, segment: Segment) -> None:
         """Run one chunk's reply against the rollout's memory and judge what it wrote."""
-        parsed = parse_calls(sample.text)
+        parsed = parse_calls(text)
         outcome = ChunkOutcome(parse_failed=parsed.failed)
         sentences = chunk_sentences(chunk)
         for call in parsed.calls:
@@ -326,20 +398,20 @@ class MemoryEnv:
                 else:
                     outcome.verdicts.append(verdict)
         run.prompts.append(prompt)
-        run.samples.append(sample)
+        run.segments.append(segment)
         run.outcomes.append(outcome)
         said = (
             "parse failure"
             if parsed.failed
             else "; ".join(r.message for r in outcome.results) or "no calls"
         )
-        run.log.append(f"chunk: {chunk}\n> {sample.text}\n= {said}")
+        run.log.append(f"chunk: {chunk}\n> {text}\n= {said}")
         run.turns += [
             {"role": "user", "content": chunk},
             {
                 "role": "assistant",
-                "content": sample.text,
-                "segment": len(run.samples) - 1,
+                "content": text,
+                "segment": len(run.segments) - 1,
                 "tool_calls": [{"name": c.name, "arguments": c.arguments} for c in parsed.calls],
             },
             {"role": "tool", "content": said, "memory": run.memory.to_dict()},
@@ -360,8 +432,8 @@ class MemoryEnv:
         per_chunk = self.grouping == "instance"
         return Trajectory(
             segments=[
-                s.segment(r if per_chunk else None)
-                for s, r in zip(run.samples, rewards, strict=True)
+                replace(s, reward=r if per_chunk else None)
+                for s, r in zip(run.segments, rewards, strict=True)
             ],
             reward=mean(rewards),
             success=r1,
@@ -392,44 +464,68 @@ class MemoryEnv:
     def sft_examples(self, item: Item) -> list[tuple[str, str]]:
         """(prompt, reference calls) per chunk, prompts built from the reference memory.
 
-        Empty for data without a reference plan (JSONL files).
+        Empty for data without a reference plan (JSONL files), and for the `chat` style, whose
+        references are token sequences of the policy's chat template (`sft_sequences`).
         """
-        return self._replay(Instance.from_dict(item.data))[0]
+        if self.prompt_style == "chat":
+            return []
+        inst = Instance.from_dict(item.data)
+        return [
+            (self._prompt(memory, chunk).text, format_calls(shown, self.prompt_style))
+            for memory, chunk, shown in self._replay(inst)[0]
+        ]
 
     def sft_sequences(
         self, item: Item, policy: Any
     ) -> list[tuple[list[int], list[int], list[int]]]:
-        """`sft_examples` as token ids of `policy`, whose tokenizer also measures the prompt
-        budget (`max_prompt_tokens`), as in rollouts."""
+        """The reference replies as token ids of `policy` (prompt ids, reply ids, mask), whose
+        tokenizer also measures the prompt budget (`max_prompt_tokens`), as in rollouts. In the
+        `chat` style the prompt and the reply (its calls as the official agent names them) are
+        the chat template's own rendering, with the official tools."""
         self._bind(policy)
+        inst = Instance.from_dict(item.data)
+        if self.prompt_style != "chat":
+            out = []
+            for prompt, target in self.sft_examples(item):
+                ids = policy.encode_target(target)
+                out.append((policy.encode(prompt), ids, [1] * len(ids)))
+            return out
+        chat = ChatFormat(
+            policy.tokenizer, policy.end_of_turn_id, OFFICIAL_TOOL_SCHEMAS, self.tool_format
+        )
         out = []
-        for prompt, target in self.sft_examples(item):
-            ids = policy.encode_target(target)
-            out.append((policy.encode(prompt), ids, [1] * len(ids)))
+        for memory, chunk, calls in self._replay(inst)[0]:
+            messages = self._chat_messages(memory, chunk, chat)
+            reply: Message = {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"type": "function", "function": official_call(c)} for c in calls],
+            }
+            ids = chat.assistant_ids(messages, reply)
+            out.append((chat.prompt_ids(messages), ids, [1] * len(ids)))
         return out
 
     def reference_memory(self, item: Item) -> Memory:
         """The memory the reference plan builds (what a perfect warm-start would write)."""
-        return self._replay(Instance.from_dict(item.data), render=False)[1]
+        return self._replay(Instance.from_dict(item.data))[1]
 
-    def _replay(self, inst: Instance, render: bool = True) -> tuple[list[tuple[str, str]], Memory]:
-        """The reference plan run against a memory: (prompt, reply) per chunk when `render`, and
-        the memory it leaves (the ids an update can target are those a prompt shows, which do
-        not depend on the prompt budget)."""
+    def _replay(self, inst: Instance) -> tuple[list[tuple[Memory, str, list[ToolCall]]], Memory]:
+        """The reference plan run against a memory: per chunk, the memory before it (a copy),
+        the chunk and the calls as the reference writes them (quotes when `quote`), and the
+        memory it leaves. The ids an update can target are those a prompt shows, which do not
+        depend on the prompt budget."""
         memory = self._memory(inst)
         if inst.plan is None:
             return [], memory
-        examples = []
+        steps = []
         for chunk, ops in zip(inst.chunks, inst.plan, strict=True):
             visible = visible_ids(memory, self.recent)
             calls = [c for op in ops if (c := op.call(memory, visible)) is not None]
-            if render:
-                prompt = self._prompt(memory, chunk)
-                shown = quote_calls(calls, chunk_sentences(chunk)) if self.quote else calls
-                examples.append((prompt.text, format_calls(shown, self.prompt_style)))
+            shown = quote_calls(calls, chunk_sentences(chunk)) if self.quote else calls
+            steps.append((Memory.from_dict(memory.to_dict(), self.count), chunk, shown))
             for call in calls:
                 execute(memory, call)
-        return examples, memory
+        return steps, memory
 
     # -- evaluation ------------------------------------------------------------------------
 
@@ -451,7 +547,7 @@ class MemoryEnv:
         )
         planned = [inst for inst in instances if inst.plan is not None]
         if planned:
-            memories = [self._replay(inst, render=False)[1] for inst in planned]
+            memories = [self._replay(inst)[1] for inst in planned]
             results.append(
                 baselines.memories_result(
                     "reference plan", planned, memories, self.reader, self.top_k, self.count

@@ -2,12 +2,22 @@
 
 A policy in training writes anything: a clean JSON list, a single call, several calls spread
 through prose, near-JSON (single quotes, missing commas, a list cut off at the length limit),
-braces inside quoted strings, or plain garbage. `parse_calls` tries, in order:
+braces inside quoted strings, or plain garbage. `parse_calls` reads, in order:
 
-1. the whole reply as JSON;
+0. the official Mem-α agent's calls, Qwen-Agent's function-call format (`agent.py` and
+   `memalpha/llm_agent/generation.py` of wangyu-ustc/Mem-alpha at 9c0e1f6):
+
+       ✿FUNCTION✿: new_memory_insert
+       ✿ARGS✿: {"memory_type": "semantic_memory", "content": "..."}
+
+   any number of them; as the official loop does, everything from the first `✿RESULT✿` on is
+   dropped (results the model imagines), arguments end at the next `✿` marker, text after their
+   last `}` is dropped, and broken JSON is repaired;
+1. the whole reply (what is left of it) as JSON;
 2. every top-level `[...]` / `{...}` span, found by a scanner that skips brackets inside
-   double-quoted strings; a span that is not valid JSON is repaired with `json_repair`, and so
-   is an unclosed span at the end (a reply truncated mid-call).
+   double-quoted strings (so Hermes `<tool_call>{...}</tool_call>` blocks, what chat templates
+   with tools teach, are read too); a span that is not valid JSON is repaired with
+   `json_repair`, and so is an unclosed span at the end (a reply truncated mid-call).
 
 Lists are flattened, `{"calls": [...]}` / `{"tool_calls": [...]}` wrappers are opened, and each
 object becomes a `ToolCall`. Objects that look like no call at all (no `name`, `function`, or
@@ -19,6 +29,7 @@ costs tool success; a reply with no call-shaped object at all gives zero calls a
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 import json_repair
@@ -27,6 +38,11 @@ from honed.envs.memory.tools import ToolCall, call_from_object
 from honed.text import MAX_REPAIR_CHARS, valid_text, valid_values
 
 _CALL_KEYS = ("name", "function", "i", "u", "d")
+# Qwen-Agent's function-call markers, as the official agent matches them (agent.py).
+FN_NAME, FN_ARGS, FN_RESULT, FN_EXIT = "✿FUNCTION✿", "✿ARGS✿", "✿RESULT✿", "✿RETURN✿"
+_OFFICIAL = re.compile(
+    rf"{FN_NAME}:\s*([^\n]+?)\s*{FN_ARGS}:\s*([^✿]*?)\s*(?={FN_EXIT}|{FN_NAME}|$)", re.DOTALL
+)
 _OPEN, _CLOSE = "[{", "]}"
 
 
@@ -54,7 +70,8 @@ def parse_calls(text: str) -> ParseResult:
 
 
 def _parse(text: str) -> ParseResult:
-    values = [(valid_values(v), r) for v, r in _json_values(text)]
+    official, text = _official_calls(text)
+    values = [(valid_values(v), r) for v, r in [*official, *_json_values(text)]]
     repaired = any(r for _, r in values)
     objects = [o for value, _ in values for o in _flatten(value)]
     if not any(_call_shaped(o) for o in objects):
@@ -62,6 +79,39 @@ def _parse(text: str) -> ParseResult:
         clean_empty = any(not r and not _flatten(v) and isinstance(v, list) for v, r in values)
         return ParseResult([], failed=not (clean_empty and not objects), repaired=repaired)
     return ParseResult([call_from_object(o) for o in objects], failed=False, repaired=repaired)
+
+
+def _official_calls(text: str) -> tuple[list[tuple[object, bool]], str]:
+    """The `✿FUNCTION✿` calls in `text` as `{"name", "arguments"}` objects, each with whether
+    its arguments needed repair, and the text without them (what other formats may hold)."""
+    text = text.split(FN_RESULT)[0]
+    if FN_NAME not in text:
+        return [], text
+    calls: list[tuple[object, bool]] = []
+    for match in _OFFICIAL.finditer(text):
+        raw = match.group(2).strip()
+        if raw.startswith("{") and raw.rfind("}") > 0:
+            raw = raw[: raw.rfind("}") + 1]  # a trailing comment, as the official agent drops
+        arguments, repaired = _arguments(raw)
+        calls.append(({"name": match.group(1).strip(), "arguments": arguments}, repaired))
+    rest = text[: text.find(FN_NAME)]
+    return calls, rest
+
+
+def _arguments(raw: str) -> tuple[object, bool]:
+    """A call's arguments text as an object (repaired if need be); `{}` when unreadable, so
+    the call fails on its missing arguments instead of vanishing."""
+    try:
+        return json.loads(raw), False
+    except (ValueError, RecursionError):
+        pass
+    if not raw or len(raw) > MAX_REPAIR_CHARS:
+        return {}, True
+    try:
+        value = json_repair.loads(raw)
+    except Exception:  # json_repair's own failures on hostile input must not escape
+        return {}, True
+    return (value if isinstance(value, dict) else {}), True
 
 
 def _call_shaped(obj: object) -> bool:

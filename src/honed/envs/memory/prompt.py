@@ -15,7 +15,9 @@ With quotes on (the environment's `quote` argument) the chunk is shown one numbe
 a line, `chunk:` / `1 Kamo now lives in Lima` / `2 It rained all day long`, and the reference
 reply quotes by number: `[{"u":"s1","c":1}]`. The
 `full` style, for chat models, describes the stores in words, lists the OpenAI function
-schemas and asks for `{"name": ..., "arguments": ...}` calls.
+schemas and asks for `{"name": ..., "arguments": ...}` calls. The `chat` style (`chat_messages`)
+is the official agent's: the memory in the system message, the chunk as the user's turn, the
+official tools offered through the policy's chat template.
 
 As in Mem-α, the whole core is shown but only the most recent entries of each store (at most
 `recent` of each). When the prompt does not fit its budget, the entries' contents are shortened
@@ -31,12 +33,29 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from honed.envs.memory.store import LISTS, Memory
 from honed.envs.memory.tools import TOOL_SCHEMAS, chunk_sentences
+from honed.types import Message
 
-STYLES = ("compact", "full")
-PROMPT_CHARS = {"compact": 400, "full": 8000}  # default budgets: the full header is ~1500
+T = TypeVar("T")
+STYLES = ("compact", "full", "chat")
+# default budgets: the full header is ~1500; the chat style's tools come through the template
+PROMPT_CHARS = {"compact": 400, "full": 8000, "chat": 8000}
+CHAT_SYSTEM = (
+    "You are an assistant with a memory of three stores. Read what the user shares and keep "
+    "what will answer later questions, by calling your tools.\n"
+    "* core_memory: one short paragraph about the user or what is being read (update only)\n"
+    "* semantic_memory: facts and knowledge, one per entry\n"
+    "* episodic_memory: events, each with its time\n"
+    "Update or delete an entry by its id when what it says has changed; skip small talk.\n\n"
+    "Your memory now:"
+)
+CHAT_USER = (
+    "Memorise this chunk: update the core memory if needed, record events with their time in "
+    "episodic memory and facts in semantic memory; be brief.\n\n<new_chunk>\n{chunk}\n</new_chunk>"
+)
 # Short on purpose: a character-level policy pays for every prompt character on every chunk.
 COMPACT_HEADER = (
     'tools: {"i":"s|e","c":..} insert, {"u":id,"c":..} update, {"d":id} delete; s fact, e event'
@@ -90,17 +109,44 @@ def render_prompt(
         fits = lambda t: count(t) <= max_tokens  # noqa: E731
     else:
         fits = lambda t: len(t) <= max_chars  # noqa: E731
-    full = text(None)
-    if fits(full):
-        return Prompt(full, visible)
+    return Prompt(fit(text, fits, entries), visible)
+
+
+def fit(render: Callable[[int | None], T], fits: Callable[[T], bool], entries: list) -> T:
+    """`render(None)` (entries whole) if it fits, else `render(cap)` for the largest number of
+    words per entry `cap` that fits (0: ids only, whether that fits or not)."""
+    whole = render(None)
+    if fits(whole):
+        return whole
     lo, hi = 0, max((len(c.split()) for _, c in entries), default=0)
-    while lo < hi:  # the most words per entry that fit; 0 leaves the ids alone
+    while lo < hi:  # binary search: `fits` may run a tokenizer
         mid = (lo + hi + 1) // 2
-        if fits(text(mid)):
+        if fits(render(mid)):
             lo = mid
         else:
             hi = mid - 1
-    return Prompt(text(lo), visible)
+    return render(lo)
+
+
+def chat_messages(memory: Memory, chunk: str, recent: int, cap: int | None) -> list[Message]:
+    """The `chat` style's conversation for one chunk, laid out as the official agent's prompt
+    is (`memory.py::render_system_prompt` and `unified_prompt` of wangyu-ustc/Mem-alpha, in our
+    words): the stores described and shown in the system message, `<core_memory>`,
+    `<semantic_memory>` and `<episodic_memory>` blocks of `[id] content` lines (the `recent`
+    newest of each, contents cut to `cap` words), then the chunk inside `<new_chunk>` as the
+    user's turn. The tools come through the chat template (`OFFICIAL_TOOL_SCHEMAS`)."""
+    blocks = [f"<core_memory>\n{memory.core}\n</core_memory>"]
+    for store in LISTS:
+        shown = _tail(memory.items(store), max(recent, 0))
+        lines = "".join(f"[{i}] {_shorten(c, cap)}\n" for i, c in shown)
+        total = len(memory.items(store))
+        blocks.append(
+            f"<{store}_memory> (the most recent {len(shown)} of {total})\n{lines}</{store}_memory>"
+        )
+    return [
+        {"role": "system", "content": CHAT_SYSTEM + "\n\n" + "\n\n".join(blocks)},
+        {"role": "user", "content": CHAT_USER.format(chunk=chunk)},
+    ]
 
 
 def shown_entries(memory: Memory, recent: int) -> list[tuple[str, str]]:

@@ -32,6 +32,7 @@ from honed.envs.memory.store import CORE, ID_PREFIX, Memory, ToolResult, store_n
 
 INSERT, UPDATE, DELETE = "memory_insert", "memory_update", "memory_delete"
 TOOLS = (INSERT, UPDATE, DELETE)
+SEARCH = "search_memory"  # the official agent's question-answering tool
 _TOOL_ALIASES = {"new_memory_insert": INSERT, "insert": INSERT, "update": UPDATE, "delete": DELETE}
 _ARG_ALIASES = {"type": "memory_type", "id": "memory_id", "text": "content"}
 
@@ -83,6 +84,82 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
         },
     },
 ]
+
+
+# The official agent's tools as it offers them (functions.py of wangyu-ustc/Mem-alpha at 9c0e1f6:
+# names, argument names, enums, required arguments; descriptions in our words). The `chat`
+# prompt style offers these through the policy's chat template.
+_OFFICIAL_TYPE = {"type": "string", "enum": ["core_memory", "semantic_memory", "episodic_memory"]}
+OFFICIAL_TOOL_SCHEMAS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "new_memory_insert",
+            "description": "Add a new entry to semantic or episodic memory (the core memory "
+            "cannot be inserted into, only updated).",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "memory_type": {
+                        "type": "string",
+                        "enum": ["semantic_memory", "episodic_memory"],
+                        "description": "semantic_memory for facts, episodic_memory for events",
+                    },
+                    "content": {"type": "string", "description": "the entry's text"},
+                },
+                "required": ["memory_type", "content"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": UPDATE,
+            "description": "Replace the core memory's paragraph, or the text of the semantic "
+            "or episodic entry memory_id.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "memory_type": {**_OFFICIAL_TYPE, "description": "the store"},
+                    "new_content": {"type": "string", "description": "the new text"},
+                    "memory_id": {
+                        "type": "string",
+                        "description": "the entry's id (not needed for core_memory)",
+                    },
+                },
+                "required": ["memory_type", "new_content"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": DELETE,
+            "description": "Clear the core memory, or remove the semantic or episodic entry "
+            "memory_id.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "memory_type": {**_OFFICIAL_TYPE, "description": "the store"},
+                    "memory_id": {
+                        "type": "string",
+                        "description": "the entry's id (not needed for core_memory)",
+                    },
+                },
+                "required": ["memory_type"],
+            },
+        },
+    },
+]
+
+
+def official_call(call: ToolCall) -> dict[str, Any]:
+    """A canonical call as the official agent writes it: `new_memory_insert`, `*_memory` types."""
+    args = dict(call.arguments)
+    store = store_name(args.get("memory_type")) or store_of_id(str(args.get("memory_id", "")))
+    if store is not None:
+        args["memory_type"] = f"{store}_memory"
+    return {"name": "new_memory_insert" if call.name == INSERT else call.name, "arguments": args}
 
 
 @dataclass
@@ -150,6 +227,10 @@ def format_calls(calls: list[ToolCall], style: str = "compact") -> str:
 def execute(memory: Memory, call: ToolCall) -> ToolResult:
     """Run one call against `memory`; a malformed call fails with the reason, never raises."""
     args = call.arguments
+    if call.name == SEARCH:
+        return ToolResult(
+            False, f"{SEARCH} answers questions; it is not available while memorising"
+        )
     if call.name not in TOOLS:
         return ToolResult(False, f"unknown tool {call.name!r}" if call.name else "not a tool call")
     memory_id = args.get("memory_id")

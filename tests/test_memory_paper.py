@@ -1,0 +1,166 @@
+"""The paper-shaped synthetic data, the extractive reader, the memory budget and the rule
+baseline: what makes the CPU demonstration one where memory construction matters."""
+
+from statistics import mean
+
+import pytest
+
+from honed.envs.memory import MemoryEnv
+from honed.envs.memory.baselines import memories_result, rule_memory
+from honed.envs.memory.data import DataSpec, Instance, Question, entities_of
+from honed.envs.memory.extractive import ExtractiveReader
+from honed.envs.memory.paperdata import (
+    budget_of,
+    generate,
+    is_chatter,
+    relevant_tokens,
+)
+from honed.envs.memory.store import EPISODIC, SEMANTIC, Memory
+from honed.envs.memory.tools import chunk_sentences
+
+SPEC = DataSpec(
+    synthetic="paper",
+    train_size=24,
+    validation_size=4,
+    test_size=24,
+    distractors=4,
+    chunks=3,
+    chunk_min=400,
+    chunk_max=700,
+)
+
+
+def _env(**args) -> MemoryEnv:
+    spec = {k: getattr(SPEC, k) for k in ("train_size", "validation_size", "test_size")}
+    return MemoryEnv(
+        synthetic="paper",
+        reader="extract",
+        top_k=20,
+        recent=20,
+        distractors=4,
+        chunks=3,
+        chunk_min=400,
+        chunk_max=700,
+        **spec,
+        **args,
+    )
+
+
+def test_instances_are_long_reproducible_and_split_by_entity():
+    assert generate("test", SPEC, 3) == generate("test", SPEC, 3)
+    assert generate("test", SPEC, 3) != generate("test", SPEC, 4)
+    instances = generate("train", SPEC)
+    lengths = [len(c) for inst in instances for c in inst.chunks]
+    assert min(lengths) >= SPEC.chunk_min
+    assert mean(lengths) <= SPEC.chunk_max
+    assert all(len(inst.chunks) == 3 for inst in instances)
+    names = {
+        split: set().union(*(entities_of(i) for i in generate(split, SPEC)))
+        for split in ("train", "test")
+    }
+    assert names["train"] and names["test"] and names["train"].isdisjoint(names["test"])
+
+
+def test_changes_come_after_their_fact_and_questions_paraphrase():
+    for inst in generate("train", SPEC):
+        kinds = {op.op for ops in inst.plan for op in ops}
+        assert {"insert", "update", "delete"} <= kinds
+        for t, ops in enumerate(inst.plan):
+            for op in ops:
+                if op.op in ("update", "delete"):
+                    earlier = [o.content for ops_ in inst.plan[:t] for o in ops_]
+                    assert op.target in earlier
+        sentences = {s.lower() for c in inst.chunks for s in chunk_sentences(c)}
+        for q in inst.questions:
+            assert q.question.rstrip("?").lower() not in sentences
+            assert not q.evidence  # nothing that only the answer key knows goes to the reader
+        assert any(q.type == "two-hop" for q in inst.questions)
+
+
+def test_budget_holds_the_reference_but_not_all_that_is_relevant():
+    for inst in generate("train", SPEC):
+        assert inst.budget < relevant_tokens(inst)
+        assert budget_of(inst, ratio=1.0) <= inst.budget
+    env = _env()
+    for item in env.items("train"):
+        inst = Instance.from_dict(item.data)
+        assert env.reference_memory(item).tokens() <= inst.budget
+
+
+def test_memory_budget_refuses_writes_past_it_and_a_delete_makes_room():
+    memory = Memory(budget=6)
+    assert memory.insert(SEMANTIC, "Ann lives in Oslo").ok  # 4 tokens
+    full = memory.insert(EPISODIC, "Day 3: Ann sang")  # 4 more
+    assert not full.ok and full.message.startswith("memory full: 4 of 6")
+    assert not memory.update(SEMANTIC, "Ann lives in the city of Oslo", "s1").ok
+    assert memory.update(SEMANTIC, "Ann in Oslo", "s1").ok  # shrinking is always allowed
+    assert memory.delete(SEMANTIC, "s1").ok
+    assert memory.insert(EPISODIC, "Day 3: Ann sang").ok
+    assert Memory.from_dict(memory.to_dict()).budget == 6
+
+
+def test_the_extractive_reader_picks_one_sentence_without_the_answer_key():
+    reader = ExtractiveReader()
+    context = (
+        "semantic: Kiri rents a flat in the city of Kobe\n"
+        "semantic: Kiri looks after a pet dog\n"
+        "semantic: Gonu is the boss of Kiri\n"
+        "semantic: Gonu has settled in the city of Fez"
+    )
+    city = Question("Which city is Kiri living in?", ["Kobe"])
+    assert reader.answer(city, context) == "Kiri rents a flat in the city of Kobe"
+    assert reader.score(city, context) == 1.0
+    # the answer does not depend on the gold answers
+    assert reader.answer(Question(city.question, ["Lima"]), context) == reader.answer(city, context)
+    two_hop = Question("Which city is home to Kiri's boss?", ["Fez"], "two-hop")
+    assert reader.answer(two_hop, context) == "Gonu has settled in the city of Fez"
+    # an outdated fact that BM25 ranks first is a wrong answer: the old entry is shorter
+    stale = context + "\nsemantic: Kiri has since moved to the city of Riga"
+    assert reader.score(Question(city.question, ["Riga"]), stale) == 0.0
+    assert reader.score(city, "") == 0.0
+
+
+def test_rule_inserts_every_sentence_but_chatter_and_never_changes_anything():
+    inst = Instance(
+        "x",
+        [
+            "It rained on and off the whole day. Kiri looks after a pet dog. On day 4, Kiri "
+            "went off to deal with a bike. Kiri said hello to everyone at the door.",
+            "Kiri no longer keeps the pet dog. The tea was cold again.",
+        ],
+        [Question("Which pet does Kiri have?", ["dog"])],
+    )
+    memory = rule_memory(inst)
+    assert [t for _, t in memory.items(SEMANTIC)] == [
+        "Kiri looks after a pet dog",
+        "Kiri no longer keeps the pet dog",
+    ]
+    assert [t for _, t in memory.items(EPISODIC)] == ["On day 4, Kiri went off to deal with a bike"]
+    assert is_chatter("Tebu said hello to everyone at the door") and is_chatter(
+        "The tea was cold again"
+    )
+    assert not is_chatter("Kiri looks after a pet dog")
+    inst.budget = 6
+    assert [t for _, t in rule_memory(inst).items(SEMANTIC)] == ["Kiri looks after a pet dog"]
+
+
+def test_the_rule_loses_to_the_reference_plan_on_paper_data():
+    env = _env()
+    items = list(env.items("test"))
+    instances = [Instance.from_dict(i.data) for i in items]
+    rule = memories_result("rule", instances, [rule_memory(i) for i in instances], env.reader, 20)
+    reference = memories_result(
+        "reference", instances, [env.reference_memory(i) for i in items], env.reader, 20
+    )
+    assert reference.accuracy >= rule.accuracy + 0.3
+    assert reference.memory_tokens <= rule.memory_tokens
+    rows = {r.name: r for r in env.baselines("test")}
+    assert rows["rule"].accuracy == pytest.approx(rule.accuracy)
+
+
+def test_paper_data_trains_the_reference_format_through_sft_examples():
+    env = _env(quote=True)
+    examples = env.sft_examples(env.items("train")[0])
+    assert len(examples) == 3
+    replies = " ".join(reply for _, reply in examples)
+    assert '{"d":"s' in replies and '{"u":"s' in replies
