@@ -172,6 +172,7 @@ def test_jsonl_path_feeds_items_without_a_reference(tmp_path):
         "no memory",
         "store everything",
         "RAG top-2 chunks",
+        "rule",
     ]
 
 

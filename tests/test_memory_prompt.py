@@ -1,4 +1,4 @@
-"""The per-chunk prompt: layout, the most recent entries, the character budget."""
+"""The per-chunk prompt: layout, the most recent entries, the budget (contents cut, ids kept)."""
 
 from honed.envs.memory.prompt import COMPACT_HEADER, FULL_HEADER, render_prompt
 from honed.envs.memory.store import CORE, EPISODIC, SEMANTIC, Memory
@@ -33,15 +33,17 @@ def test_only_the_most_recent_entries_are_shown():
     assert prompt.text.index("s6 ") < prompt.text.index("s8 ")
 
 
-def test_budget_drops_the_oldest_of_the_fuller_store_first():
+def test_budget_shortens_contents_and_keeps_every_shown_id():
     memory = _memory(5, 2)
     full = render_prompt(memory, "x", recent=5, max_chars=10_000).text
     prompt = render_prompt(memory, "x", recent=5, max_chars=len(full) - 1)
-    assert prompt.visible == {"s2", "s3", "s4", "s5", "e1", "e2"}
+    assert prompt.visible == {"s1", "s2", "s3", "s4", "s5", "e1", "e2"}
+    assert len(prompt.text) <= len(full) - 1 and "..." in prompt.text
     tight = render_prompt(memory, "x", recent=5, max_chars=200)
-    assert len(tight.text) <= 200
+    assert len(tight.text) <= 200 and tight.visible == prompt.visible
     bare = render_prompt(memory, "x", recent=5, max_chars=10)  # header and chunk always stay
-    assert bare.visible == set() and bare.text.endswith("chunk: x\ncalls:")
+    assert bare.visible == prompt.visible and bare.text.endswith("chunk: x\ncalls:")
+    assert "\ns1 ...\n" in bare.text  # at the limit, the ids alone
 
 
 def test_full_style_describes_the_tool_schemas():

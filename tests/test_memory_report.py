@@ -33,6 +33,7 @@ def test_report_sets_agents_beside_the_baselines_on_the_same_instances():
         "no memory",
         "store everything",
         "RAG top-2 chunks",
+        "rule",
         "reference plan",
         "reference agent",
         "silent agent",
@@ -51,6 +52,10 @@ def test_report_sets_agents_beside_the_baselines_on_the_same_instances():
     assert everything["accuracy (r1)"] == 1.0 and everything["compression (r3)"] == 0.0
     assert everything["tool success (r2)"] is None and everything["chunk reward"] is None
     assert rows["no memory"]["compression (r3)"] == 1.0
+    # on the simple data the rule answers everything the ideal reader asks (why the CPU
+    # demonstration uses the paper-shaped data and the extractive reader)
+    assert rows["rule"]["accuracy (r1)"] == 1.0
+    assert rows["rule"]["memory tokens"] >= ref["memory tokens"]
     assert table.to_dict()["rows"][0]["memory"] == "no memory"
 
 

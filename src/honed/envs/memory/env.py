@@ -4,7 +4,11 @@ A rollout reads an instance's chunks in order. For every chunk the policy sees t
 description, the current memory and the chunk (`prompt.py`), generates once, and the calls in
 its reply run in order against that rollout's memory; the chunk is one `Segment`. All rollouts
 of all items advance together, one batched `generate` call per chunk index, with the seed of
-(seed, item key, generation, chunk) so a rollout comes out the same in any batch. After the
+(seed, item key, generation, chunk) so a rollout comes out the same in any batch. In the `chat`
+prompt style each chunk is a one-turn episode of the multi-turn machinery
+(`honed.envs.multiturn`): the prompt is the chat template's rendering with the official tools,
+the reply its sampled ids, token-exact (as in the official code, every chunk starts from an empty
+context; only the memory carries over). After the
 last chunk the reader answers the questions from the final memory and the rewards are
 computed (`rewards.py`).
 
@@ -139,13 +143,19 @@ class MemoryEnv:
     chunk reward (Mem-α's beta and gamma, renamed because the trainer's `beta` is the KL
     coefficient; `beta` and `gamma` still work, with a deprecation warning), `compression_clip`
     (None: a floor for r3), `no_call_credit` (1.0: r2/r4 of a clean empty reply), `reader`
-    ("retrieval" | "llm"), `judge` ("rule" | "llm"), `chat` (the chat model of the llm reader or
+    ("retrieval" | "llm" | "extract": `extractive.py`, one sentence chosen without the answer
+    key), `judge` ("rule" | "llm"), `chat` (the chat model of the llm reader or
     judge: a `ChatModelConfig`-shaped mapping, `{base_url, model, api_key_env, ...}`, from which
     a `ChatClient` is built and checked before any work, or any object with
     `chat(messages) -> str`), `top_k` (5 entries per store retrieved per question),
     `core_tokens` (512), `count` (token counter, default word tokens), `recent` (5 entries of
-    each store shown), `prompt_style` ("compact" | "full"), `prompt_chars` (the prompt budget:
-    400 for compact, 8000 for full, whose header alone is about 1500 characters), `quote`
+    each store shown), `prompt_style` ("compact" | "full" | "chat": the official agent's prompt
+    and tools through the policy's chat template, one token-exact turn per chunk), `prompt_chars` (the prompt budget:
+    400 for compact, 8000 for full and chat, whose header alone is about 1500 characters),
+    `max_prompt_tokens` (None: the budget in tokens of the policy's tokenizer instead; entry
+    contents are cut to fit, ids never), `tool_format` ("auto": the `chat` style's call format,
+    from the template), `memory_budget` (None: tokens the memory may hold, for instances that
+    carry no `budget` of their own), `quote`
     (False: whether the reference plan, the warm-start's target, writes a content that is a
     sentence of the chunk as a quote of it, `"c": 2`; replies may quote either way), `path` (a
     JSONL file of real instances instead of generated ones), and the data sizes of `DataSpec`
@@ -319,6 +329,10 @@ class MemoryEnv:
             self._count_prompt = lambda text: len(encode(text))
         else:
             self._count_prompt = lambda text: len(tokenizer(text)["input_ids"])
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the prompt counter closes over a policy: a Ray worker binds its own at rollout
+        return {**self.__dict__, "_count_prompt": None}
 
     def _prompt(self, memory: Memory, chunk: str) -> Prompt:
         if self.max_prompt_tokens is not None and self._count_prompt is None:
