@@ -21,9 +21,10 @@ digit strings:
 
 Arms (everything else equal, every arm from the same warm-start per seed): `uniform`,
 `frontier`, `competence_based` (Platanios competence) and `easy_first`, each with dynamic
-sampling (a step draws until 64 groups have spread, at most 6 rounds), and `uniform-nods`:
-uniform with dynamic sampling off (a step is 64 groups, spread or not). The budget is 300,000
-rollouts per run, every group drawn counted, kept or filtered; `--max-steps` is the number of
+sampling (a step draws until 64 groups have spread, at most 6 rounds), and `uniform-nods` and
+`frontier-nods`, the same strategies with dynamic sampling off (a step is 64 groups, spread or
+not: whether a curriculum helps by what it trains on or only by what it does not generate).
+The budget is 400,000 rollouts per run, every group drawn counted, kept or filtered; `--max-steps` is the number of
 steps a fixed batch takes within that budget, which is also the length of the schedules of
 `easy_first` and `competence_based` (with dynamic sampling their steps cost more, so the budget
 ends them before their schedules do). Seeds 20, 21 and 22 were never run while the setting was
@@ -40,13 +41,20 @@ from __future__ import annotations
 
 from sample_efficiency import env_spec, main
 
-BUDGET = 300_000
+BUDGET = 400_000
 PROMPTS = 64
 GENERATIONS = 8
 
 SETTING = {
     "seeds": [20, 21, 22],
-    "arms": ["uniform", "frontier", "competence_based", "easy_first", "uniform-nods"],
+    "arms": [
+        "uniform",
+        "frontier",
+        "competence_based",
+        "easy_first",
+        "uniform-nods",
+        "frontier-nods",
+    ],
     "env": [env_spec("sort:2-12:1")],
     "sft_steps": 100,
     "sft_max_level": 10,

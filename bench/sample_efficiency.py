@@ -60,6 +60,11 @@ from honed.sampling.curriculum import STRATEGIES
 from honed.types import Item, derive_seed
 
 NO_DYNAMIC_SAMPLING = "-nods"
+# what may differ between result files reported together (`--results A.json B.json`)
+VARY_BETWEEN_FILES = {
+    *("seeds", "jobs", "threads", "out", "plot", "work", "results", "machine", "date"),
+    *("gains", "gain"),
+}
 ARMS = (*STRATEGIES, *(s + NO_DYNAMIC_SAMPLING for s in STRATEGIES))
 
 
@@ -340,7 +345,11 @@ def build_parser(doc: str, defaults: dict[str, Any] | None = None) -> argparse.A
     )
     parser.add_argument("--out", type=Path, help="also write the results as JSON")
     parser.add_argument(
-        "--results", type=Path, help="report a JSON written by --out again instead of running"
+        "--results",
+        type=Path,
+        nargs="+",
+        help="report JSON files written by --out again instead of running (several: runs of "
+        "the same setting on other seeds, reported together)",
     )
     parser.add_argument("--plot", type=Path, help="draw accuracy against rollouts to this PNG")
     parser.add_argument("--work", type=Path, help="keep the run directories here")
@@ -349,16 +358,40 @@ def build_parser(doc: str, defaults: dict[str, Any] | None = None) -> argparse.A
     return parser
 
 
+def load_results(paths: list[Path]) -> tuple[dict, list[dict]]:
+    """The setting and the runs of one or more result files of the same setting (other seeds)."""
+    setting: dict = {}
+    results: list[dict] = []
+    for path in paths:
+        saved = json.loads(path.read_text())
+        these = saved["setting"]
+        these["arms"] = these.get("arms") or these["strategies"]
+        differ = {
+            key
+            for key in these.keys() & setting.keys()
+            if these[key] != setting[key] and key not in VARY_BETWEEN_FILES
+        }
+        if differ:
+            raise SystemExit(f"{path}: another setting than the files before it ({sorted(differ)})")
+        seeds = setting.get("seeds", []) + [
+            s for s in these["seeds"] if s not in setting.get("seeds", [])
+        ]
+        setting = these | {"seeds": seeds}
+        results += saved["results"]
+    runs = [(r["seed"], r.get("arm") or r["strategy"]) for r in results]
+    if len(set(runs)) < len(runs):
+        raise SystemExit("the result files hold the same seed and arm more than once")
+    return setting, results
+
+
 def main(argv: list[str] | None = None, doc: str = __doc__, defaults: dict | None = None) -> None:
     args = build_parser(doc, defaults).parse_args(argv)
     if not args.env:
         args.env = (defaults or {}).get("env") or [env_spec("sort:2-20:1")]
     if args.gain is not None:
         args.gains = [args.gain]
-    if args.results:  # report a saved run again (other targets, a plot) without running it
-        saved = json.loads(args.results.read_text())
-        setting = saved["setting"]
-        setting["arms"] = setting.get("arms") or setting["strategies"]
+    if args.results:  # report saved runs again (other targets, a plot) without running them
+        setting, results = load_results(args.results)
         args = argparse.Namespace(
             **(
                 {"baseline": "uniform"}
@@ -366,7 +399,7 @@ def main(argv: list[str] | None = None, doc: str = __doc__, defaults: dict | Non
                 | {"gains": args.gains, "plot": args.plot, "results": args.results}
             )
         )
-        report(args, saved["results"])
+        report(args, results)
         return
     if args.baseline not in args.arms:
         raise SystemExit(f"--baseline {args.baseline} is not one of --arms {args.arms}")
