@@ -172,6 +172,7 @@ def costs(runs: dict[str, dict[int, dict]], seeds: Sequence[int], gains: Sequenc
                 mean_sd(cpu, "{:,.0f}"),
                 mean_sd(per_k, "{:.2f}"),
                 mean_sd(wall, "{:,.0f}"),
+                mean_sd([r["cpu_seconds"] for r in rs if "cpu_seconds" in r], "{:,.0f}"),
             ]
         )
     table(
@@ -185,6 +186,7 @@ def costs(runs: dict[str, dict[int, dict]], seeds: Sequence[int], gains: Sequenc
             "train CPU s",
             "CPU s per 1k rollouts",
             "train wall s",
+            "run CPU s (with evaluations)",
         ],
         rows,
     )

@@ -147,3 +147,25 @@ def test_report_never_turns_a_censored_baseline_into_a_ratio(
     assert "| uniform | 2,000 (10) | > 4,000 (censored) | 1 of 2 censored |" in out
     assert "| +0.1 | frontier | 2 / 2 | 1 / 2 | median 0.50" in out
     assert "n = 1; 1 more only bounded | – |" in out
+
+
+def test_result_files_of_other_seeds_are_reported_together(tmp_path: Path) -> None:
+    import json
+
+    from sample_efficiency import load_results
+
+    def write(name: str, seeds: list[int], **setting: object) -> Path:
+        path = tmp_path / name
+        runs = [_result(s, "uniform", [0.2, 0.3], 100) for s in seeds]
+        base = {"seeds": seeds, "arms": ["uniform"], "max_rollouts": 100, "date": name}
+        path.write_text(json.dumps({"setting": base | setting, "results": runs}))
+        return path
+
+    setting, results = load_results([write("a", [20]), write("b", [21, 22])])
+    assert setting["seeds"] == [20, 21, 22]
+    assert sorted(r["seed"] for r in results) == [20, 21, 22]
+    # another budget is another benchmark; the same seed twice would count one seed twice
+    with pytest.raises(SystemExit, match="max_rollouts"):
+        load_results([write("a", [20]), write("c", [21], max_rollouts=200)])
+    with pytest.raises(SystemExit, match="more than once"):
+        load_results([write("a", [20]), write("d", [20])])
