@@ -139,12 +139,16 @@ class Spread:
 
     def text(self, fmt: str = "{:.2f}") -> str:
         if not self.n:
-            return f"none exact ({self.left_out} bounds)" if self.left_out else "none"
+            return (
+                f"none exact ({self.left_out} not: a bound, or both censored)"
+                if self.left_out
+                else "none"
+            )
         out = f"median {fmt.format(self.median)}, mean {fmt.format(self.mean)}"
         if self.sd is not None:
             out += f" ± {fmt.format(self.sd)} (sd)"
         out += f", range {fmt.format(self.low)}–{fmt.format(self.high)}, n = {self.n}"
-        return out + (f"; {self.left_out} more only bounded" if self.left_out else "")
+        return out + (f"; {self.left_out} more not exact" if self.left_out else "")
 
 
 def spread(values: Sequence[float | None]) -> Spread:

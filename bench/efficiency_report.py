@@ -161,6 +161,7 @@ def costs(runs: dict[str, dict[int, dict]], seeds: Sequence[int], gains: Sequenc
         cpu = [r["train_cpu_seconds"] for r in rs if "train_cpu_seconds" in r]
         wall = [r["train_wall_seconds"] for r in rs if "train_wall_seconds" in r]
         per_k = [1000 * r["train_cpu_seconds"] / r["rollouts_total"] for r in rs if cpu]
+        useful = [r["groups"]["with_spread"] / r["groups"]["drawn"] for r in rs if "groups" in r]
         rows.append(
             [
                 arm,
@@ -169,6 +170,7 @@ def costs(runs: dict[str, dict[int, dict]], seeds: Sequence[int], gains: Sequenc
                 mean_sd(best, "{:+.3f}"),
                 mean_sd([r["rollouts_total"] for r in rs], "{:,.0f}"),
                 mean_sd([r["steps"] for r in rs if "steps" in r], "{:.0f}"),
+                mean_sd(useful, "{:.2f}"),
                 mean_sd(cpu, "{:,.0f}"),
                 mean_sd(per_k, "{:.2f}"),
                 mean_sd(wall, "{:,.0f}"),
@@ -183,6 +185,7 @@ def costs(runs: dict[str, dict[int, dict]], seeds: Sequence[int], gains: Sequenc
             "best − warm-start",
             "rollouts",
             "steps",
+            "groups drawn with spread",
             "train CPU s",
             "CPU s per 1k rollouts",
             "train wall s",

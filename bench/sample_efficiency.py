@@ -187,6 +187,7 @@ def run(seed: int, arm: str, warm: Path, work: Path, args: argparse.Namespace) -
         )
     first = steps.get(1, {})
     return {
+        **groups_spent(list(steps.values())),
         "seed": seed,
         "arm": arm,
         "warm_start_accuracy": curve[0][1],
@@ -209,6 +210,15 @@ def run(seed: int, arm: str, warm: Path, work: Path, args: argparse.Namespace) -
         "seconds": round(time.perf_counter() - started, 1),
         "cpu_seconds": round(time.process_time() - cpu_started, 1),
     }
+
+
+def groups_spent(step_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many groups a run generated and how many of them had reward spread (the ones GRPO
+    learns from: a step's trained groups; with dynamic sampling it stops drawing at the number
+    it wants, so no group with spread is left untrained)."""
+    drawn = sum(int(r["sampling/groups_drawn"]) for r in step_rows)
+    spread = sum(int(r["groups/trained"]) for r in step_rows)
+    return {"groups": {"drawn": drawn, "with_spread": spread}}
 
 
 class _Pool:

@@ -82,8 +82,8 @@ def test_spread_uses_exact_values_only_and_counts_the_rest() -> None:
     assert summary.mean == pytest.approx(0.6)
     assert summary.sd == pytest.approx(0.1)
     assert summary.median == pytest.approx(0.6)
-    assert "1 more only bounded" in summary.text()
-    assert spread([None, None]).text() == "none exact (2 bounds)"
+    assert "1 more not exact" in summary.text()
+    assert spread([None, None]).text() == "none exact (2 not: a bound, or both censored)"
 
 
 def _result(seed: int, arm: str, accuracies: list[float], per_step: int) -> dict:
@@ -142,11 +142,11 @@ def test_report_never_turns_a_censored_baseline_into_a_ratio(
     # the per-seed ratio of seed 2 is a bound, 1,000 / 4,000, never the number 0.25
     assert "| frontier | 0.50 | < 0.25 |" in out
     # the summary over seeds uses seed 1's exact ratio only, and says one more was a bound
-    assert "median 0.50, mean 0.50, range 0.50–0.50, n = 1; 1 more only bounded" in out
+    assert "median 0.50, mean 0.50, range 0.50–0.50, n = 1; 1 more not exact" in out
     # uniform's median over 2 seeds is not known with one censored: no ratio of medians
     assert "| uniform | 2,000 (10) | > 4,000 (censored) | 1 of 2 censored |" in out
     assert "| +0.1 | frontier | 2 / 2 | 1 / 2 | median 0.50" in out
-    assert "n = 1; 1 more only bounded | – |" in out
+    assert "n = 1; 1 more not exact | – |" in out
 
 
 def test_result_files_of_other_seeds_are_reported_together(tmp_path: Path) -> None:
