@@ -40,7 +40,8 @@ def mean_sd(values: Sequence[float], fmt: str = "{:.3f}") -> str:
         return "–"
     if len(values) == 1:
         return fmt.format(values[0])
-    return f"{fmt.format(statistics.fmean(values))} ± {fmt.format(statistics.stdev(values))}"
+    spread_fmt = fmt.replace("+", "")  # a standard deviation has no sign
+    return f"{fmt.format(statistics.fmean(values))} ± {spread_fmt.format(statistics.stdev(values))}"
 
 
 def median_cell(crossings: Sequence[Crossing], what: str = "rollouts") -> str:
