@@ -163,6 +163,9 @@ def costs(runs: dict[str, dict[int, dict]], seeds: Sequence[int], gains: Sequenc
         wall = [r["train_wall_seconds"] for r in rs if "train_wall_seconds" in r]
         per_k = [1000 * r["train_cpu_seconds"] / r["rollouts_total"] for r in rs if cpu]
         useful = [r["groups"]["with_spread"] / r["groups"]["drawn"] for r in rs if "groups" in r]
+        batch = [
+            r["groups"]["batch_success"] for r in rs if r.get("groups", {}).get("batch_success")
+        ]
         rows.append(
             [
                 arm,
@@ -172,6 +175,7 @@ def costs(runs: dict[str, dict[int, dict]], seeds: Sequence[int], gains: Sequenc
                 mean_sd([r["rollouts_total"] for r in rs], "{:,.0f}"),
                 mean_sd([r["steps"] for r in rs if "steps" in r], "{:.0f}"),
                 mean_sd(useful, "{:.2f}"),
+                mean_sd(batch, "{:.2f}"),
                 mean_sd(cpu, "{:,.0f}"),
                 mean_sd(per_k, "{:.2f}"),
                 mean_sd(wall, "{:,.0f}"),
@@ -187,6 +191,7 @@ def costs(runs: dict[str, dict[int, dict]], seeds: Sequence[int], gains: Sequenc
             "rollouts",
             "steps",
             "groups drawn with spread",
+            "success in the trained batches",
             "train CPU s",
             "CPU s per 1k rollouts",
             "train wall s",

@@ -40,6 +40,7 @@ import argparse
 import json
 import multiprocessing
 import shutil
+import statistics
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -215,10 +216,13 @@ def run(seed: int, arm: str, warm: Path, work: Path, args: argparse.Namespace) -
 def groups_spent(step_rows: list[dict[str, Any]]) -> dict[str, Any]:
     """How many groups a run generated and how many of them had reward spread (the ones GRPO
     learns from: a step's trained groups; with dynamic sampling it stops drawing at the number
-    it wants, so no group with spread is left untrained)."""
+    it wants, so no group with spread is left untrained), and how often the rollouts of the
+    batches it trained on succeeded."""
     drawn = sum(int(r["sampling/groups_drawn"]) for r in step_rows)
     spread = sum(int(r["groups/trained"]) for r in step_rows)
-    return {"groups": {"drawn": drawn, "with_spread": spread}}
+    # the success rate of the rollouts each step trained on (its batch), averaged over steps
+    success = statistics.fmean(r["success/mean"] for r in step_rows) if step_rows else None
+    return {"groups": {"drawn": drawn, "with_spread": spread, "batch_success": success}}
 
 
 class _Pool:
