@@ -169,6 +169,14 @@ def run(seed: int, arm: str, warm: Path, work: Path, args: argparse.Namespace) -
     shutil.copytree(warm, run_dir.warmstart)  # same starting policy for every arm
     started, cpu_started = time.perf_counter(), time.process_time()
     summary = TimedTrainer(config, run_dir).train()
+    return result_of(seed, arm, run_dir, summary) | {
+        "seconds": round(time.perf_counter() - started, 1),
+        "cpu_seconds": round(time.process_time() - cpu_started, 1),
+    }
+
+
+def result_of(seed: int, arm: str, run_dir: RunDir, summary: dict) -> dict:
+    """One finished run's result, read from its run directory (what `--collect` rebuilds)."""
     rows = run_dir.read_jsonl(run_dir.metrics_path)
     steps = {r["step"]: r for r in rows if "sampling/rollouts_total" in r}
     evals = {r["step"]: r for r in rows if "eval/accuracy" in r}
@@ -208,9 +216,21 @@ def run(seed: int, arm: str, warm: Path, work: Path, args: argparse.Namespace) -
         },
         "train_cpu_seconds": round(steps[max(steps)]["bench/train_cpu_s"], 1) if steps else 0.0,
         "train_wall_seconds": round(steps[max(steps)]["bench/train_wall_s"], 1) if steps else 0.0,
-        "seconds": round(time.perf_counter() - started, 1),
-        "cpu_seconds": round(time.process_time() - cpu_started, 1),
     }
+
+
+def collect(work: Path, args: argparse.Namespace) -> list[dict]:
+    """The results of the finished runs a `--work` directory holds (`ARM-SEED` folders with a
+    summary.json), for the seeds and arms asked for: an interrupted benchmark's completed runs
+    are reported without running them again. Their whole-run times were not recorded."""
+    results = []
+    for seed in args.seeds:
+        for arm in args.arms:
+            run_dir = RunDir(work / f"{arm}-{seed}")
+            if run_dir.summary_path.is_file():
+                summary = json.loads(run_dir.summary_path.read_text())
+                results.append(result_of(seed, arm, run_dir, summary))
+    return results
 
 
 def groups_spent(step_rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -367,6 +387,12 @@ def build_parser(doc: str, defaults: dict[str, Any] | None = None) -> argparse.A
     )
     parser.add_argument("--plot", type=Path, help="draw accuracy against rollouts to this PNG")
     parser.add_argument("--work", type=Path, help="keep the run directories here")
+    parser.add_argument(
+        "--collect",
+        type=Path,
+        help="report the finished runs of --seeds and --arms kept in this --work directory "
+        "instead of running them (with --out: save them as a result file)",
+    )
     # `--env` appends: a default list would be appended to, so it is applied after parsing
     parser.set_defaults(**{k: v for k, v in (defaults or {}).items() if k != "env"})
     return parser
@@ -418,17 +444,10 @@ def main(argv: list[str] | None = None, doc: str = __doc__, defaults: dict | Non
     if args.baseline not in args.arms:
         raise SystemExit(f"--baseline {args.baseline} is not one of --arms {args.arms}")
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        work = args.work or Path(tmp)
-        if args.jobs > 1:  # seeds are independent: one process per seed, `--jobs` at a time
-            context = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
-                n = len(args.seeds)
-                runs = pool.map(run_seed, args.seeds, [work] * n, [args] * n)
-                results = [res for seed_results in runs for res in seed_results]
-        else:
-            results = [res for seed in args.seeds for res in run_seed(seed, work, args)]
-
+    if args.collect:
+        results = collect(args.collect, args)
+    else:
+        results = run_all(args)
     if args.out:
         setting = vars(args) | {"env": args.env, "machine": machine(), "date": time.ctime()}
         args.out.write_text(
@@ -436,6 +455,19 @@ def main(argv: list[str] | None = None, doc: str = __doc__, defaults: dict | Non
         )
     report(args, results)
     print(f"elapsed: {time.perf_counter() - started:.0f} s")
+
+
+def run_all(args: argparse.Namespace) -> list[dict]:
+    """Every seed and arm, `--jobs` seeds at a time."""
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.work or Path(tmp)
+        if args.jobs > 1:  # seeds are independent: one process per seed, `--jobs` at a time
+            context = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
+                n = len(args.seeds)
+                runs = pool.map(run_seed, args.seeds, [work] * n, [args] * n)
+                return [res for seed_results in runs for res in seed_results]
+        return [res for seed in args.seeds for res in run_seed(seed, work, args)]
 
 
 if __name__ == "__main__":
