@@ -34,6 +34,8 @@ quickstart: $(VENV)/.core $(VENV)/.smollm2
 # The dev extra installs Ray; HONED_REQUIRE_RAY turns a missing Ray into a failure of the Ray
 # tests here (a plain `pytest` without Ray skips them, saying so).
 # HONED_REQUIRE_SMOLLM2 likewise fails the real-model tests if the model is missing.
+# The browser tests of `honed view` need Chromium, which pip cannot install: they skip without it
+# (saying how to get it); .ci/run installs it and sets HONED_REQUIRE_BROWSER=1.
 test: $(VENV)/.dev $(VENV)/.smollm2
 	HONED_REQUIRE_RAY=1 HONED_REQUIRE_SMOLLM2=1 $(BIN)/python -m pytest -q
 

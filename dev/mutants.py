@@ -229,7 +229,7 @@ MUTANTS = [
         "rl/update.py",
         "grpo_loss(\n            logp,\n            state.old,",
         "grpo_loss(\n            logp,\n            torch.where(\n"
-        "                off, state.old, _pad([s.old_logprobs for s in chunk], width)\n"
+        "                off[:, None], state.old, _pad([s.old_logprobs for s in chunk], width, device)\n"
         "            ),",
     ),
     Mutant(
@@ -261,8 +261,8 @@ MUTANTS = [
     Mutant(
         "pi_old scored with dropout on",
         "rl/update.py",
-        "        model.eval()\n        try:",
-        "        try:",
+        "            model.eval()\n            try:",
+        "            try:",
     ),
     Mutant(
         "importance weights not applied",

@@ -51,6 +51,9 @@ class Reply:
     """What the server sends: status, JSON body, headers, after `delay_s` seconds.
 
     `drop=True` closes the connection without any response (a connection error for the client).
+    `raw` is sent as the body instead of `body` as JSON (an HTML error page, cut JSON), with
+    `content_type`. `trickle_s` sends the body one byte at a time, this many seconds apart (a
+    server that holds a connection open without ever finishing).
     """
 
     status: int = 200
@@ -58,6 +61,9 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
     drop: bool = False
+    raw: bytes | None = None
+    content_type: str = "application/json"
+    trickle_s: float = 0.0
 
 
 def _words(text: str) -> int:
@@ -105,7 +111,7 @@ class FakeOpenAIServer:
     """An OpenAI-compatible HTTP server on 127.0.0.1 driven by a handler callback.
 
     `models` is what `/v1/models` lists (`None`: that endpoint answers 404); with `api_key` set,
-    requests without `Authorization: Bearer <api_key>` get 401. A str from the handler becomes a
+    requests without `Authorization: Bearer <api_key>` get 401. `port` 0 picks a free one. A str from the handler becomes a
     completion whose prompt tokens are the words in the messages; a dict is sent as a 200 body.
     """
 
@@ -115,6 +121,7 @@ class FakeOpenAIServer:
         models: Sequence[str] | None = ("fake-model",),
         api_key: str | None = None,
         routes: dict[str, RouteHandler] | None = None,
+        port: int = 0,
     ) -> None:
         self.handler = handler
         self.routes = dict(routes or {})
@@ -125,7 +132,7 @@ class FakeOpenAIServer:
         self.max_in_flight = 0
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
         self._httpd.daemon_threads = True
         # A short poll interval makes stop() (and so each test) quick.
         self._thread = threading.Thread(
@@ -215,15 +222,22 @@ class FakeOpenAIServer:
                 if reply.drop:
                     self.close_connection = True
                     return
-                payload = json.dumps(reply.body).encode()
+                payload = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
                 try:
                     self.send_response(reply.status)
-                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Type", reply.content_type)
                     self.send_header("Content-Length", str(len(payload)))
                     for key, value in reply.headers.items():
                         self.send_header(key, value)
                     self.end_headers()
-                    self.wfile.write(payload)
+                    if not reply.trickle_s:
+                        self.wfile.write(payload)
+                        return
+                    for byte in payload:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                        if server._stopping.wait(reply.trickle_s):
+                            return
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (a timeout test); nothing to tell it
 

@@ -1,17 +1,19 @@
-"""Helpers for the scale-out tests: an environment that kills its worker once, and a fake
-OpenAI-compatible inference server whose completions come from a real tiny honed policy."""
+"""Helpers for the scale-out tests: an environment that kills its worker once, and fake
+OpenAI-compatible inference servers whose completions come from a real tiny honed policy
+(`PolicyServer`), or from LoRA adapters loaded at runtime as vLLM does (`LoraServer`)."""
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from openai_server import FakeOpenAIServer, FakeRequest, Reply
 from tiny_run import SMALL_MODEL, DigitShareEnv, small_config_data
 
-from honed.config import PolicyConfig, TinyModelConfig
+from honed.config import LoraSettings, PolicyConfig, TinyModelConfig
 from honed.models.policy import Policy, SamplingParams
 from honed.types import Score
 
@@ -107,10 +109,14 @@ class PolicyServer:
         return self.http.base_url
 
     def complete(self, req: FakeRequest) -> Reply | dict:
+        return self.answer(req, lambda: self.policy)
+
+    def answer(self, req: FakeRequest, policy: Callable[[], Policy]) -> Reply | dict:
+        """A completion sampled from `policy()`, chosen under the lock that reloads take."""
         body = req.body
         params = SamplingParams(body["temperature"], body["top_p"], body["max_tokens"])
         with self._lock:
-            [sample] = self.policy.generate([body["prompt"]], [body["seed"]], params)
+            [sample] = policy().generate([body["prompt"]], [body["seed"]], params)
         choice: dict[str, Any] = {
             "index": 0,
             "text": sample.text,
@@ -133,3 +139,51 @@ class PolicyServer:
             self.policy = Policy.load(path)
         self.reloads.append(path)
         return {"success": True, "message": "Succeeded to update model weights."}
+
+
+LORA = {"r": 4, "alpha": 8}
+
+
+class LoraServer(PolicyServer):
+    """vLLM's runtime LoRA API over a tiny base model: `/v1/load_lora_adapter` loads the
+    adapter in `lora_path` with peft under `lora_name`, `/v1/unload_lora_adapter` drops it,
+    and a completion request must name a loaded adapter (or the base model); `requested` lists
+    the model each completion was asked of."""
+
+    def __init__(self) -> None:
+        self.settings = PolicyConfig(tiny=TinyModelConfig(**SMALL_MODEL), lora=LoraSettings(**LORA))
+        super().__init__(Policy.from_config(self.settings.model_copy(update={"lora": None}), 0))
+        self.adapters: dict[str, Policy] = {}
+        self.loads: list[str] = []
+        self.unloads: list[str] = []
+        self.requested: list[str] = []
+        self.http.routes["/v1/load_lora_adapter"] = self.load
+        self.http.routes["/v1/unload_lora_adapter"] = self.unload
+
+    def load(self, req: FakeRequest) -> Reply | str:
+        name, path = req.body["lora_name"], req.body["lora_path"]
+        with self._lock:
+            if name in self.adapters:  # vLLM refuses a name it holds
+                message = f"The lora adapter '{name}' has already been loaded."
+                return Reply(400, {"error": {"message": message}})
+            self.adapters[name] = Policy.from_checkpoint(path, self.settings, seed=0)
+            self.loads.append(name)
+        return f"Success: LoRA adapter '{name}' added successfully."
+
+    def unload(self, req: FakeRequest) -> Reply | str:
+        name = req.body["lora_name"]
+        with self._lock:
+            if self.adapters.pop(name, None) is None:
+                message = f"The lora adapter '{name}' cannot be found."
+                return Reply(404, {"error": {"message": message}})
+            self.unloads.append(name)
+        return f"Success: LoRA adapter '{name}' removed successfully."
+
+    def complete(self, req: FakeRequest) -> Reply | dict:
+        model = req.body["model"]
+        with self._lock:
+            if model != self.model and model not in self.adapters:
+                message = f"The model `{model}` does not exist."
+                return Reply(404, {"error": {"message": message}})
+            self.requested.append(model)
+        return self.answer(req, lambda: self.adapters.get(model, self.policy))

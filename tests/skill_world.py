@@ -87,9 +87,12 @@ class World:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.calls: dict[str, int] = {}
-        # Answer the first failure reflection after this many reflect calls with HTTP 400 (a
-        # crash in the middle of a run), then behave again.
+        # Answer the first failure reflection after this many reflect calls with HTTP 400, then
+        # behave again.
         self.fail_after: int | None = None
+        # Answer every target call after this many with HTTP 503 (a server gone bad in the
+        # middle of a run), until it is set back to None.
+        self.target_down_after: int | None = None
 
     def count(self, stage: str) -> int:
         with self.lock:
@@ -105,7 +108,9 @@ class World:
 
     def __call__(self, req: FakeRequest) -> Reply | str | dict[str, Any]:
         if req.body["model"] == "target":
-            self.count("target")
+            calls = self.count("target")
+            if self.target_down_after is not None and calls > self.target_down_after:
+                return Reply(503, {"error": {"message": "the target is down"}})
             return self.target(req)
         text = req.last_user_text
         first = text.splitlines()[0]

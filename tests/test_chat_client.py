@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import socket
 import threading
@@ -9,11 +10,19 @@ import time
 from email.utils import formatdate
 
 import pytest
+from fault_server import Faults
 from openai_server import FakeOpenAIServer, FakeRequest, Reply, completion
 from pydantic import ValidationError
 
 from honed.errors import HonedError
-from honed.models.chat import MAX_DELAY_S, ChatClient, ChatModelConfig, UsageMeter, retry_delay
+from honed.models.chat import (
+    MAX_DELAY_S,
+    ChatClient,
+    ChatFailure,
+    ChatModelConfig,
+    UsageMeter,
+    retry_delay,
+)
 
 USER = [{"role": "user", "content": "what is two plus two"}]
 
@@ -173,24 +182,34 @@ def test_missing_key_variable_is_an_error_at_construction(server, monkeypatch):
         ChatClient(config(server, api_key_env="NOT_SET_ANYWHERE"))
 
 
-def test_chat_many_respects_the_concurrency_limit_and_keeps_order():
+def answers(client: ChatClient, batch, stage: str = "default") -> list[str]:
+    """The answers of `complete_many` in batch order (failures raised)."""
+    out: dict[int, str] = {}
+    for index, result in client.complete_many(batch, stage):
+        if isinstance(result, Exception):
+            raise result
+        out[index] = result.text
+    return [out[i] for i in range(len(batch))]
+
+
+def test_complete_many_respects_the_concurrency_limit():
     def numbered(req: FakeRequest):
         return Reply(200, completion(f"reply to {req.last_user_text}"), delay_s=0.15)
 
     batch = [[{"role": "user", "content": f"q{i}"}] for i in range(12)]
     with FakeOpenAIServer(numbered) as server:
         client = ChatClient(config(server, concurrency=3))
-        assert client.chat_many(batch) == [f"reply to q{i}" for i in range(12)]
+        assert answers(client, batch) == [f"reply to q{i}" for i in range(12)]
         assert server.max_in_flight == 3
         # The limit holds across callers too: two threads sharing the client.
         server.max_in_flight = 0
-        threads = [threading.Thread(target=client.chat_many, args=(batch[:6],)) for _ in range(2)]
+        threads = [threading.Thread(target=answers, args=(client, batch[:6])) for _ in range(2)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         assert server.max_in_flight == 3
-    assert ChatClient(config(server)).chat_many([]) == []
+    assert answers(ChatClient(config(server)), []) == []
 
 
 def test_waiting_for_a_free_slot_does_not_count_against_the_timeout():
@@ -216,15 +235,18 @@ def test_waiting_for_a_free_slot_does_not_count_against_the_timeout():
         assert server.max_in_flight == 1
 
 
-def test_chat_many_raises_the_first_failure():
+def test_complete_many_gives_each_failure_in_its_place_and_keeps_the_other_answers():
     def fail_third(req: FakeRequest):
         if req.last_user_text == "q2":
             return Reply(400, {"error": {"message": "bad item"}})
         return "ok"
 
     batch = [[{"role": "user", "content": f"q{i}"}] for i in range(5)]
-    with FakeOpenAIServer(fail_third) as server, pytest.raises(HonedError, match="bad item"):
-        ChatClient(config(server, concurrency=2)).chat_many(batch)
+    with FakeOpenAIServer(fail_third) as server:
+        results = dict(ChatClient(config(server, concurrency=2)).complete_many(batch))
+    assert isinstance(results[2], ChatFailure) and results[2].kind == "refused"
+    assert "bad item" in str(results[2])
+    assert [results[i].text for i in (0, 1, 3, 4)] == ["ok"] * 4
 
 
 def test_usage_is_summed_per_stage():
@@ -237,13 +259,17 @@ def test_usage_is_summed_per_stage():
     with FakeOpenAIServer(counted) as server:
         meter = UsageMeter()
         client = ChatClient(config(server, concurrency=4), usage=meter)
-        client.chat_many([[{"role": "user", "content": "reflect"}]] * 5, stage="optimizer.reflect")
+        answers(client, [[{"role": "user", "content": "reflect"}]] * 5, stage="optimizer.reflect")
         client.chat([{"role": "user", "content": "rank"}], stage="optimizer.rank")
         client.chat([{"role": "user", "content": "rank"}], stage="optimizer.rank")
     usage = client.usage()
     assert usage["optimizer.reflect"] == {
         "requests": 5,
         "retries": 0,
+        "truncated": 0,
+        "empty": 0,
+        "invalid": 0,
+        "failed": 0,
         "prompt_tokens": 500,
         "completion_tokens": 100,
         "total_tokens": 600,
@@ -286,3 +312,139 @@ def test_config_forbids_unknown_keys_and_validates():
     assert cfg.base_url == "http://x/v1"
     assert (cfg.api_key_env, cfg.temperature, cfg.max_tokens) == (None, 0.0, None)
     assert (cfg.timeout_s, cfg.max_retries, cfg.concurrency, cfg.extra_body) == (120.0, 4, 8, {})
+
+
+# ---------------------------------------------------------------- a server on a bad day
+
+
+def test_a_200_that_is_not_a_chat_completion_is_retried_like_a_5xx():
+    """An HTML page from a proxy with status 200 costs a retry, not the run (issue 22, 3)."""
+    faults = Faults(lambda req: "fine")
+    faults.force("garble")
+    with FakeOpenAIServer(faults) as server, ChatClient(config(server, max_retries=2)) as client:
+        assert client.chat(USER, stage="rollout") == "fine"
+        usage = client.usage()["rollout"]
+        assert (usage["invalid"], usage["retries"], usage["requests"], usage["failed"]) == (
+            1,
+            1,
+            1,
+            0,
+        )
+        faults.force("garble", times=None)
+        with pytest.raises(ChatFailure, match=r"not a chat completion.*gave up after 3") as info:
+            client.complete(USER, stage="rollout")
+        assert info.value.kind == "gave_up"
+        assert (
+            client.usage()["rollout"]["invalid"] == 4 and client.usage()["rollout"]["failed"] == 1
+        )
+
+
+def test_an_empty_reply_is_retried_then_fails_and_every_reply_says_why_it_stopped():
+    """`content: null` is retried within the attempts; still empty, `complete` fails (`chat`,
+    the readers' interface, gives ""); a cut reply carries `finish_reason: length`."""
+    faults = Faults(lambda req: "an answer")
+    with FakeOpenAIServer(faults) as server, ChatClient(config(server, max_retries=1)) as client:
+        faults.force("empty")
+        reply = client.complete(USER, stage="rollout")
+        assert (reply.text, reply.finish_reason, reply.truncated) == ("an answer", "stop", False)
+        faults.force("empty", times=2)
+        with pytest.raises(ChatFailure, match="replied with no text") as info:
+            client.complete(USER, stage="rollout")
+        assert info.value.kind == "empty"
+        faults.force("empty", times=2)
+        assert client.chat(USER, stage="rollout") == ""
+        faults.force("truncate")
+        cut = client.complete(USER, stage="rollout")
+        assert cut.truncated and cut.finish_reason == "length" and cut.text == "an a"
+        usage = client.usage()["rollout"]
+        assert (usage["empty"], usage["failed"], usage["truncated"], usage["retries"]) == (
+            5,
+            1,
+            1,
+            3,
+        )
+
+
+def test_a_reply_cut_at_max_tokens_is_asked_again_only_when_the_caller_says_so():
+    faults = Faults(lambda req: json.dumps({"edits": [{"op": "append", "content": "- A rule"}]}))
+    with FakeOpenAIServer(faults) as server, ChatClient(config(server, max_tokens=64)) as client:
+        faults.force("truncate")
+        whole = client.complete(USER, "reflect", truncated_retries=1)
+        assert not whole.truncated and json.loads(whole.text)
+        faults.force("truncate", times=2)
+        with pytest.raises(
+            ChatFailure, match=r"cut at max_tokens \(64\) on all 2 attempts"
+        ) as info:
+            client.complete(USER, "reflect", truncated_retries=1)
+        assert info.value.kind == "truncated"
+        usage = client.usage()["reflect"]
+        assert (usage["truncated"], usage["retries"], usage["failed"]) == (3, 2, 1)
+
+
+def test_timeout_bounds_the_whole_request_against_a_server_that_trickles_bytes():
+    """Each byte comes within any per-read timeout, the reply never within timeout_s: the
+    request is cut at timeout_s, connect to last byte (issue 22, 8)."""
+    faults = Faults(lambda req: "fine", trickle_s=0.2)
+    faults.force("trickle")
+    with FakeOpenAIServer(faults) as server:
+        client = ChatClient(config(server, timeout_s=0.8, max_retries=1))
+        start = time.monotonic()
+        assert client.chat(USER) == "fine"  # the retry gets a whole reply
+        assert time.monotonic() - start < 3
+        faults.force("trickle", times=2)
+        start = time.monotonic()
+        with pytest.raises(ChatFailure, match=r"timed out after 0\.8s; gave up after 2"):
+            client.chat(USER)
+        assert time.monotonic() - start < 4  # two attempts of 0.8 s, not 2 x 40 s of bytes
+
+
+def test_a_429_pauses_every_request_to_that_server_until_retry_after():
+    """Client A gets a 429 with Retry-After: 0.8; a request client B sends meanwhile to the same
+    server waits until then, instead of adding to the overload (issue 22, 9)."""
+    arrivals: list[tuple[str, float]] = []
+
+    def record(req: FakeRequest):
+        arrivals.append((req.last_user_text, time.monotonic()))
+        return "ok"
+
+    faults = Faults(record, retry_after="0.8")
+    faults.force("rate_limit", when=lambda req: req.last_user_text == "a")
+    with FakeOpenAIServer(faults) as server:
+        first, second = ChatClient(config(server)), ChatClient(config(server))
+        thread = threading.Thread(target=first.chat, args=([{"role": "user", "content": "a"}],))
+        thread.start()
+        while len(server.chat_requests) < 1:
+            time.sleep(0.01)
+        limited = time.monotonic()
+        time.sleep(0.1)
+        assert second.chat([{"role": "user", "content": "b"}]) == "ok"
+        thread.join()
+    (b_at,) = [t for text, t in arrivals if text == "b"]
+    assert b_at - limited >= 0.6
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"content": "<think>The bare number? Answer: 7</think>\nalpha 7"},
+        {"content": "The bare number? Answer: 7</think>alpha 7"},  # the template opened it
+        {"content": "alpha 7", "reasoning_content": "The bare number? Answer: 7"},
+        {"content": "alpha 7", "reasoning": "The bare number? Answer: 7"},
+    ],
+    ids=["think block", "closing tag only", "reasoning_content", "reasoning"],
+)
+def test_reasoning_is_kept_apart_from_the_answer(message):
+    """What a reasoning model thinks is not its answer, wherever the server puts it (issue
+    22, 15); an unclosed block (cut while thinking) leaves no answer, which is retried."""
+    body = completion("")
+    body["choices"][0]["message"] = {"role": "assistant", **message}
+    with FakeOpenAIServer(lambda req: body) as server, ChatClient(config(server)) as client:
+        reply = client.complete(USER)
+    assert reply.text == "alpha 7" and reply.reasoning == "The bare number? Answer: 7"
+    assert reply.message["content"] == message["content"]  # the message as sent, for callers
+    thinking = completion("<think>still thinking, no answer yet", finish_reason="length")
+    with FakeOpenAIServer(lambda req: thinking) as server:
+        client = ChatClient(config(server, max_retries=1))
+        with pytest.raises(ChatFailure) as info:
+            client.complete(USER)
+    assert info.value.kind == "empty"

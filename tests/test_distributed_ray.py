@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from numerics import assert_weights_close
-from scaleout_helpers import PolicyServer, scaleout_data
+from scaleout_helpers import LORA, LoraServer, PolicyServer, scaleout_data
 from tiny_run import small_config
 
 from honed.errors import HonedError
@@ -128,3 +128,23 @@ def test_ray_workers_generating_through_an_inference_server(cluster, tmp_path):
     assert reloads == 4  # the initial weights and those of each step
     rows = _rows(run)
     assert all(r["is/off_policy_frac"] == 1.0 and r["async/staleness_max"] == 0 for r in rows)
+
+
+def test_ray_workers_request_the_adapter_the_server_was_given(cluster, tmp_path):
+    """`weight_sync: lora` behind Ray workers: the learner loads each version's adapter into
+    the server under a name of its own, and the workers' completions ask for that name, not
+    for the base model (whose completions would not be the policy's)."""
+    pytest.importorskip("peft", reason="LoRA needs peft: pip install 'honed[lora]'")
+    with LoraServer() as server:
+        _train(
+            tmp_path,
+            "ray",
+            *RAY,
+            f"distributed.server={{base_url: {server.base_url}, model: {server.model}}}",
+            "distributed.server.weight_sync=lora",
+            f"policy.lora={{r: {LORA['r']}, alpha: {LORA['alpha']}}}",
+        )
+    names = [f"{server.model}-step-{v}" for v in range(4)]
+    assert server.loads == names
+    # each step's 4 prompts x 4 generations, from the adapter of that step's version
+    assert server.requested == [n for n in names[:3] for _ in range(16)]

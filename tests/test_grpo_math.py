@@ -404,8 +404,8 @@ def test_pi_old_is_scored_without_dropout_and_disable_dropout_makes_the_ratio_on
     seen = {}
     real = with_dropout._one_step
 
-    def keep_cache(sequences, weights, cache):
-        out = real(sequences, weights, cache)
+    def keep_cache(batches, cache):
+        out = real(batches, cache)
         seen.update(cache)
         return out
 

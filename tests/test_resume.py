@@ -26,8 +26,8 @@ from honed.rl.trainer import STATE_FILE, GRPOTrainer, TrainingInterrupted
 from honed.runs.progress import Reporter
 from honed.runs.rundir import RunDir
 
-# Per-step values that are timings, not results.
-TIMINGS = ("perf/",)
+# Per-step values that are timings, not results: durations, and the wall clock of each row.
+TIMINGS = ("perf/", "time")
 
 
 def _weights(run: RunDir, step: int) -> dict[str, torch.Tensor]:

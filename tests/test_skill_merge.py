@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from honed.errors import HonedError
+from honed.models.chat import ChatFailure
 from honed.skills.document import SkillDocument
 from honed.skills.edits import Edit
 from honed.skills.merge import dedupe, deterministic_order, llm_merge, rank
@@ -14,14 +14,14 @@ SKILL = SkillDocument("# Skill\n\n- Be brief.\n")
 
 
 class StubReflector:
-    """Stands in for a ChatClient: replies with a fixed text (or raises) and keeps prompts."""
+    """Stands in for a `Reflector`: replies with a fixed text (or raises) and keeps prompts."""
 
     def __init__(self, reply: str | Exception) -> None:
         self.reply = reply
         self.prompts: list[str] = []
 
-    def chat(self, messages, stage="default", **params):
-        self.prompts.append(messages[-1]["content"])
+    def ask(self, prompt, stage):
+        self.prompts.append(prompt)
         if isinstance(self.reply, Exception):
             raise self.reply
         return self.reply
@@ -80,11 +80,13 @@ def test_llm_ranking_is_used_and_missing_ids_follow_in_support_order():
 
 
 def test_ranking_falls_back_when_the_reply_is_garbage_or_the_call_fails():
-    for reply in ("I like them all!", HonedError("HTTP 500 after 4 attempts")):
+    for reply in ("I like them all!", ChatFailure("HTTP 500 after 4 attempts", "gave_up")):
         ranking = rank(StubReflector(reply), SKILL, pool_of_four(), 2, False, True)
         assert ranking.method.startswith("deterministic (")
         assert [p.edit.content for p in ranking.kept] == ["- Rule A", "- Rule B"]
-    failed = rank(StubReflector(HonedError("boom")), SKILL, pool_of_four(), 2, False, True)
+    failed = rank(
+        StubReflector(ChatFailure("boom", "gave_up")), SKILL, pool_of_four(), 2, False, True
+    )
     assert failed.problems == ["boom"]  # recorded, not swallowed
 
 
@@ -127,13 +129,13 @@ def test_llm_merge_sums_support_of_its_sources_and_never_grows_the_pool():
     assert any("unknown op" in problem for problem in merged.problems)
     assert "sources" not in merged.pool[0].to_dict()
 
-    too_many = json.dumps([{"op": "append", "content": f"- {i}"} for i in range(9)])
+    too_many = json.dumps([{"op": "append", "content": "- Rule A", "sources": [1]}] * 9)
     assert len(llm_merge(StubReflector(too_many), SKILL, pool).pool) == 4
 
 
 def test_llm_merge_keeps_the_deterministic_pool_when_it_fails():
     pool = pool_of_four()
-    for reply in ("sorry, no", HonedError("connection refused")):
+    for reply in ("sorry, no", ChatFailure("connection refused", "gave_up")):
         merged = llm_merge(StubReflector(reply), SKILL, pool)
         assert merged.method == "deterministic (llm merge failed)"
         assert merged.pool == pool and merged.problems

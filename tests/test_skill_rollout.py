@@ -214,7 +214,7 @@ class FixedReply:
     def __init__(self, reply: str) -> None:
         self.reply = reply
 
-    def chat(self, messages, stage="default", **params):
+    def ask(self, prompt, stage):
         return self.reply
 
 

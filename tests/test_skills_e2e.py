@@ -108,16 +108,29 @@ def test_the_harmful_edit_is_rejected_and_not_proposed_again_in_the_epoch(full_r
     assert following and HARMFUL not in json.dumps(following)
 
 
-def test_a_crashed_run_resumes_to_the_same_best_skill(full_run, world, tmp_path):
+def test_a_run_stopped_by_a_failing_server_resumes_to_the_same_best_skill(
+    full_run, world, tmp_path, capsys
+):
+    """The target goes down in step 3: the step is abandoned, the run stops with exit code 2
+    and one message, step 2's state saved and the reason in the summary; once the server is
+    back, --resume ends where an uninterrupted run does."""
     w, server = world
     config = write_config(tmp_path, server.base_url)
     run = tmp_path / "run"
-    before_crash = sum(read(d / "step.json")["minibatches"] for d in steps(full_run)[:2])
-    # The first failure reflection of step 3 gets HTTP 400 (the world counts across runs).
-    w.fail_after = w.calls["reflect"] + before_crash
-    assert train(config, run) == 2
+    gate_items = read(full_run / "summary.json")["gate"]["items"]
+    before = gate_items + sum(read(d / "step.json")["target_replies"] for d in steps(full_run)[:2])
+    w.target_down_after = w.calls["target"] + before  # the world counts across runs
+    try:
+        assert train(config, run) == 2
+    finally:
+        w.target_down_after = None
+    err = capsys.readouterr().err
+    assert "the target server is misbehaving" in err and "the target is down" in err
+    assert "continue with --resume once it is fixed" in err
     assert read(run / "state.json")["step"] == 2
-    assert not (run / "steps" / "step_0003").exists() and not (run / "summary.json").exists()
+    assert not (run / "steps" / "step_0003").exists()
+    stopped = read(run / "summary.json")["stopped"]
+    assert stopped["kind"] == "server" and stopped["after_step"] == 2
     assert train(config, run) == 2  # refuses to overwrite a run without --resume
     assert train(config, run, "--resume") == 0
 
@@ -158,7 +171,11 @@ def test_ctrl_c_finishes_the_step_saves_it_and_the_resumed_run_ends_as_the_full_
     full = [json.loads(line) for line in (full_run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in logged] == [r["step"] for r in full] == list(range(1, len(full) + 1))
     assert [r["outcome"] for r in logged] == [r["outcome"] for r in full]
-    assert logged[0] == read(run / "steps" / "step_0001" / "step.json") | {"step": 1}
+    assert logged[0]["time"] > 0  # the wall clock `honed view` plots against
+    assert logged[0] == read(run / "steps" / "step_0001" / "step.json") | {
+        "step": 1,
+        "time": logged[0]["time"],
+    }
 
 
 def test_skills_eval_scores_a_skill_from_the_run_cache(full_run, world):

@@ -227,6 +227,9 @@ def test_train_one_step_then_export_a_folder_transformers_loads(tmp_path):
         "checkpoint: {every: 0}\n"
         "curriculum: {strategy: uniform}\n"
         "logging: {progress: false}\n"
+        # one thread: on a machine shared with other jobs, two threads per process wait on
+        # each other at every barrier (about 4x slower here under load)
+        "torch_threads: 1\n"
     )
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}

@@ -94,3 +94,46 @@ def test_the_cache_is_keyed_by_content_and_written_once(monkeypatch, tmp_path):
     with pytest.raises(HonedError):
         resolve_model(str(a / "m.gguf"))
     assert sorted(p.name for p in first.parent.iterdir() if p.name.startswith(".")) == []
+
+
+# ----------------------------------------------------------------------------- Hub ids
+
+
+def _hub_layout(cache, repo_id: str, build) -> None:
+    """A model saved into `cache` as `huggingface_hub` stores a download: blobs under
+    snapshots/<commit>/, refs/main naming the commit."""
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    build(repo / "snapshots" / commit)
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+
+
+def test_a_hub_id_resolves_through_the_local_hugging_face_cache(tmp_path, monkeypatch):
+    from honed.config import PolicyConfig
+    from honed.models.policy import Policy
+    from honed.models.tiny import build_char_tokenizer, build_tiny_model
+
+    def build(folder):
+        tokenizer = build_char_tokenizer()
+        shape = PolicyConfig().tiny.model_copy(update={"hidden_size": 32, "num_attention_heads": 2})
+        Policy(build_tiny_model(shape, tokenizer, 0), tokenizer).save(folder)
+
+    _hub_layout(tmp_path / "hub", "honed-test/tiny-llama", build)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    policy = Policy.from_config(PolicyConfig(model="honed-test/tiny-llama"), seed=0)
+    assert policy.model.config.hidden_size == 32
+    assert policy.encode("1+2=") == policy.tokenizer("1+2=")["input_ids"]
+
+
+def test_a_hub_id_not_in_the_cache_offline_names_the_id_and_the_cache(tmp_path, monkeypatch):
+    from honed.models.sources import resolve_model
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(HonedError) as err:
+        resolve_model("Qwen/Qwen2.5-0.5B-Instruct")
+    message = str(err.value)
+    assert "Qwen/Qwen2.5-0.5B-Instruct" in message and str(tmp_path / "empty") in message
+    assert "\n" not in message

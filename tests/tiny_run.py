@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 
 import numpy as np
 import torch
@@ -108,3 +110,25 @@ def noisy_env_data(tmp_path) -> dict:
     data = small_config_data(tmp_path)
     data["envs"] = [{"name": "digits", "type": "tiny_run:NoisyDigitShareEnv"}]
     return data
+
+
+class FaultyDigitShareEnv(DigitShareEnv):
+    """`DigitShareEnv` that, when `HONED_TEST_FAULT` is `KIND:RANK:CALL`, acts up in learner
+    process RANK at its CALL-th training reward (counting from 1): `raise` raises, `sigint`
+    sends SIGINT to the process that launched the learners (`honed train --nproc`), as a
+    Ctrl-C in its terminal would. Without the variable it is `DigitShareEnv`, so a run it
+    interrupted resumes under the same config."""
+
+    calls = 0
+
+    def score(self, item: Item, completion: str) -> Score:
+        fault = os.environ.get("HONED_TEST_FAULT")
+        if fault and item.key.split(":")[1].startswith("train"):
+            kind, rank, call = fault.split(":")
+            if os.environ.get("RANK", "0") == rank:
+                FaultyDigitShareEnv.calls += 1
+                if FaultyDigitShareEnv.calls == int(call):
+                    if kind == "raise":
+                        raise ValueError(f"the test environment failed on call {call}")
+                    os.kill(os.getppid(), signal.SIGINT)
+        return super().score(item, completion)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import traceback
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 from honed import __version__
 from honed.config import Config, load_config
 from honed.errors import HonedDeprecationWarning, HonedError
+from honed.models.sources import is_checkpoint
 from honed.runs.files import atomic_write_dir, atomic_write_json
 from honed.runs.lifecycle import RunInterrupted
 from honed.runs.progress import Reporter
@@ -22,6 +24,7 @@ from honed.runs.trust import load_run_config
 if TYPE_CHECKING:
     from honed.models.policy import Policy
     from honed.skills.config import SkillsConfig
+    from honed.skills.rundir import SkillRunDir
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -37,6 +40,7 @@ Train LLM agents by reinforcement (GRPO) and by reflection (skill optimisation).
   honed sft CONFIG                                         supervised warm-start only
   honed skills train examples/skills_qa.yaml               optimise a skill document
   honed skills eval examples/skills_qa.yaml --skill best_skill.md --run-dir runs/skills_qa
+  honed view runs/                                         look at runs in a browser
 """
 
 
@@ -72,6 +76,21 @@ def _add_export_parser(sub: argparse._SubParsersAction) -> None:
     export.add_argument("path", metavar="RUN_DIR_OR_CHECKPOINT")
     export.add_argument("out", metavar="OUT_DIR")
     export.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
+
+
+def _add_view_parser(sub: argparse._SubParsersAction) -> None:
+    view = sub.add_parser(
+        "view",
+        help="look at runs in a browser",
+        description="Serve a local web app over the runs under a folder (or one run): curves, "
+        "rollouts, curricula, skill versions and edits. Reads the runs, never writes them; "
+        "needs the view extra (pip install 'honed[view]').",
+    )
+    view.add_argument(
+        "root", nargs="?", default="runs", metavar="RUN_DIR_OR_RUNS_ROOT", help="default: runs"
+    )
+    view.add_argument("--port", type=int, default=8080, help="0 picks a free port")
+    view.add_argument("--host", default="127.0.0.1", help="address to listen on")
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -116,6 +135,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="delete an existing run in --run-dir and start again",
     )
+    train.add_argument(
+        "--nproc",
+        type=int,
+        default=1,
+        metavar="N",
+        help="learner processes on this machine, one per GPU (data-parallel; "
+        "trainer.parallel chooses ddp or fsdp); torchrun --nproc-per-node N -m honed train "
+        "does the same and spans machines",
+    )
 
     sft = sub.add_parser(
         "sft",
@@ -129,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval_parser(sub)
     _add_export_parser(sub)
     _add_skills_parser(sub)
+    _add_view_parser(sub)
     return parser
 
 
@@ -153,6 +182,12 @@ def _add_skills_parser(sub: argparse._SubParsersAction) -> None:
     )
     train.add_argument(
         "--overwrite", action="store_true", help="delete an existing run in --run-dir first"
+    )
+    train.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the config and both servers, print the most calls and about how many "
+        "tokens (and USD, with price:) the run will spend, and stop; writes nothing",
     )
     ev = group.add_parser(
         "eval",
@@ -185,17 +220,25 @@ def resolve_run_dir(args: argparse.Namespace, config: Config | SkillsConfig) -> 
 def cmd_train(args: argparse.Namespace) -> int:
     from honed.rl.trainer import GRPOTrainer
 
+    if args.nproc < 1:
+        raise HonedError(f"--nproc must be at least 1, not {args.nproc}")
+    if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
+        from honed.distributed.launch import launch
+
+        load_config(args.config, args.override)  # a bad config stops here, once
+        return launch(_without_nproc(args.argv), args.nproc)
+    main_process = os.environ.get("RANK", "0") == "0"
     config = load_config(args.config, args.override)
     run = resolve_run_dir(args, config)
     holds_run = run.config_path.exists() and (run.metrics_path.exists() or run.checkpoints.exists())
-    if holds_run and not (args.resume or args.overwrite):
+    if holds_run and not (args.resume or args.overwrite) and main_process:
         raise HonedError(
             f"{run.path} already holds a run; pass --resume to continue it, --overwrite to "
             "replace it, or --run-dir to start another"
         )
-    if args.overwrite and run.path.exists():
+    if args.overwrite and run.path.exists() and main_process:
         shutil.rmtree(run.path)
-    reporter = Reporter(enabled=not args.quiet and config.logging.progress)
+    reporter = Reporter(enabled=not args.quiet and config.logging.progress and main_process)
     reporter.note(f"run directory: {run.path}")
     trainer = GRPOTrainer(config, run, reporter)
     summary = trainer.train(resume=args.resume)
@@ -228,6 +271,19 @@ def cmd_train(args: argparse.Namespace) -> int:
     )
     reporter.note(f"summary: {run.summary_path}")
     return 0
+
+
+def _without_nproc(argv: list[str]) -> list[str]:
+    """The command line each learner process runs: this one without `--nproc N`."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--nproc":
+            skip = True
+        elif not arg.startswith("--nproc="):
+            out.append(arg)
+    return out
 
 
 def _fmt(value: float | None) -> str:
@@ -268,10 +324,10 @@ def _checkpoint_and_run(path: Path) -> tuple[Path, RunDir | None]:
         latest = run.latest_checkpoint()
         if latest is not None:
             return latest[1], run
-        if (run.warmstart / "config.json").is_file():
+        if is_checkpoint(run.warmstart):
             return run.warmstart, run
         raise HonedError(f"{path} has no checkpoint to evaluate yet")
-    if (path / "config.json").is_file():
+    if is_checkpoint(path):
         parent = RunDir(path.parent.parent)
         in_run = path.parent.name == "checkpoints" and parent.config_path.is_file()
         return path, parent if in_run else None
@@ -309,7 +365,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     reporter = Reporter(enabled=not args.quiet)
     config, out = _eval_config_and_out(args, checkpoint, run, reporter)
     envs = build_envs(config)
-    policy = Policy.load(checkpoint, config.policy.dtype, config.policy.chat_template)
+    policy = Policy.from_checkpoint(checkpoint, config.policy, config.seed)
     num_items = args.num_items or config.eval.num_items
     with reporter.status(f"evaluating {checkpoint} on {args.split}"):
         results = evaluate(
@@ -349,8 +405,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from honed.models.sources import is_adapter_dir
+
     path, out = Path(args.path), Path(args.out)
-    if (path / "config.json").is_file():
+    if is_checkpoint(path):
         checkpoint = path
     elif RunDir(path).latest_checkpoint() is not None:
         checkpoint = RunDir(path).latest_checkpoint()[1]
@@ -358,6 +416,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise HonedError(f"{path} is neither a model checkpoint nor a run with a checkpoint")
     if out.exists() and not args.overwrite:
         raise HonedError(f"{out} exists; pass --overwrite to replace it")
+    if is_adapter_dir(checkpoint):
+        _export_merged(checkpoint, out)
+        print(f"exported {checkpoint} to {out}, its LoRA adapter merged into the base model")
+        return 0
     files = [f for f in sorted(checkpoint.iterdir()) if f.is_file() and f.name != STATE_FILE]
 
     def write(folder: Path) -> None:
@@ -369,6 +431,34 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export_merged(checkpoint: Path, out: Path) -> None:
+    """A LoRA checkpoint as a plain Hugging Face model: the run's base model (its config's
+    `policy` section; the only part read, so nothing in it runs code) with the adapter folded
+    into the weights, in float32 on the CPU so that merging rounds nothing."""
+    import yaml
+    from pydantic import ValidationError
+
+    from honed.config import PolicyConfig
+    from honed.models.lora import merged
+    from honed.models.policy import Policy
+
+    run = RunDir(checkpoint.parent.parent)
+    if checkpoint.parent.name != "checkpoints" or not run.config_path.is_file():
+        raise HonedError(
+            f"{checkpoint} holds a LoRA adapter outside a run directory: its base model is "
+            "named in the run's config.yaml; export from the run instead"
+        )
+    data = yaml.safe_load(run.config_path.read_text()) or {}
+    try:
+        settings = PolicyConfig.model_validate(data.get("policy") or {})
+    except ValidationError as exc:
+        raise HonedError(f"{run.config_path}: invalid policy section: {exc}") from exc
+    settings = settings.model_copy(update={"device": "cpu", "dtype": "float32"})
+    policy = Policy.from_checkpoint(checkpoint, settings, int(data.get("seed", 0)))
+    policy.model = merged(policy.model)
+    atomic_write_dir(out, policy.save)
+
+
 def _report_agents(run: RunDir | None, checkpoint: Path, policy: Policy, config: Config) -> dict:
     """The policies an environment report compares: the run's warm-start and the evaluated one."""
     from honed.models.policy import Policy
@@ -376,10 +466,9 @@ def _report_agents(run: RunDir | None, checkpoint: Path, policy: Policy, config:
     agents = {}
     if run is None:
         return {checkpoint.name: policy}
-    if (run.warmstart / "config.json").is_file() and checkpoint != run.warmstart:
-        p = config.policy
-        agents["warm-start agent"] = Policy.load(
-            run.warmstart, p.dtype, p.chat_template, p.attn_implementation
+    if is_checkpoint(run.warmstart) and checkpoint != run.warmstart:
+        agents["warm-start agent"] = Policy.from_checkpoint(
+            run.warmstart, config.policy, config.seed
         )
     if checkpoint == run.warmstart:
         agents["warm-start agent"] = policy
@@ -397,6 +486,8 @@ def cmd_skills_train(args: argparse.Namespace) -> int:
 
     config = load_skills_config(args.config, args.override)
     run = SkillRunDir(resolve_run_dir(args, config).path)
+    if args.dry_run:
+        return skills_dry_run(config, run)
     if run.holds_run() and not (args.resume or args.overwrite):
         raise HonedError(
             f"{run.path} already holds a skills run; pass --resume to continue it, --overwrite "
@@ -413,6 +504,14 @@ def cmd_skills_train(args: argparse.Namespace) -> int:
         summary = trainer.train(resume=args.resume)
     finally:
         trainer.close()
+    report_skills_run(reporter, config, run, summary)
+    return 0
+
+
+def report_skills_run(
+    reporter: Reporter, config: SkillsConfig, run: SkillRunDir, summary: dict
+) -> None:
+    """The tables and lines a finished (or stopped) skills run ends with."""
     initial, best = (
         {k: summary["selection"][which][k] for k in ("hard", "soft")}
         for which in ("initial", "best")
@@ -420,26 +519,67 @@ def cmd_skills_train(args: argparse.Namespace) -> int:
     reporter.comparison(
         f"selection score ({config.gate.split} split)", initial, best, labels=("initial", "best")
     )
-    reporter.comparison(
-        f"held-out {config.eval.split} evaluation",
-        summary["eval"]["initial"],
-        summary["eval"]["best"],
-        labels=("initial", "best"),
-    )
+    if summary.get("eval"):
+        reporter.comparison(
+            f"held-out {config.eval.split} evaluation",
+            summary["eval"]["initial"],
+            summary["eval"]["best"],
+            labels=("initial", "best"),
+        )
+    counters = ("requests", "retries", "truncated", "empty", "invalid", "failed")
     reporter.table(
-        "tokens per stage",
-        ["stage", "requests", "prompt tokens", "completion tokens"],
+        "calls and tokens per stage",
+        ["stage", *counters, "prompt tokens", "completion tokens"],
         [
-            [stage, row["requests"], row["prompt_tokens"], row["completion_tokens"]]
+            [
+                stage,
+                *(int(row.get(k, 0)) for k in (*counters, "prompt_tokens", "completion_tokens")),
+            ]
             for stage, row in summary["tokens"].items()
         ],
     )
     reporter.note(
         f"{summary['steps']} steps: {len(summary['accepted_steps'])} accepted, "
         f"{len(summary['rejected_steps'])} rejected, {len(summary['unchanged_steps'])} unchanged"
+        + (f", {len(summary['skipped_steps'])} skipped" if summary.get("skipped_steps") else "")
     )
+    usd = [row["usd"] for row in summary["tokens"].values() if "usd" in row]
+    if usd:
+        reporter.note(f"cost: {sum(usd):.4f} USD")
+    if summary.get("stopped"):
+        reporter.note(f"stopped early: {summary['stopped']['reason']}")
+    if summary.get("eval_skipped"):
+        reporter.note(f"no held-out evaluation: {summary['eval_skipped']}")
     reporter.note(f"best skill: {run.best_path} (version {summary['best_version']})")
     reporter.note(f"summary: {run.summary_path}")
+
+
+def skills_dry_run(config: SkillsConfig, run: SkillRunDir) -> int:
+    """`honed skills train --dry-run`: the config is valid (it loaded), both servers answer,
+    and what the run will cost at most; nothing is written."""
+    from honed.skills.cost import ESTIMATE_HEADER, estimate_report
+    from honed.skills.trainer import SkillTrainer
+
+    reporter = Reporter()
+    trainer = SkillTrainer(config, run, reporter)
+    try:
+        with reporter.status("checking the target and reflector servers"):
+            trainer.preflight()
+        for role in ("target", "reflector"):
+            model = getattr(config, role)
+            reporter.note(f"{role}: {model.base_url} serves {model.model}")
+        rows, notes = estimate_report(config, trainer.estimate())
+    finally:
+        trainer.close()
+    epochs = -(-trainer.total_steps // trainer.steps_per_epoch)
+    reporter.note(
+        f"{trainer.total_steps} steps ({epochs} epoch(s) of {trainer.steps_per_epoch}), "
+        f"{config.train.batch_size} items per step, {len(trainer.gate_items)} selection items"
+    )
+    reporter.table("what the run will spend", ESTIMATE_HEADER, rows)
+    for note in notes:
+        reporter.note(note)
+    reporter.note(f"dry run: nothing was written; the run would go to {run.path}")
     return 0
 
 
@@ -478,12 +618,20 @@ def cmd_skills(args: argparse.Namespace) -> int:
     return {"train": cmd_skills_train, "eval": cmd_skills_eval}[args.skills_command](args)
 
 
+def cmd_view(args: argparse.Namespace) -> int:
+    from honed.view import serve
+
+    serve(args.root, args.host, args.port)
+    return 0
+
+
 COMMANDS = {
     "train": cmd_train,
     "sft": cmd_sft,
     "eval": cmd_eval,
     "export": cmd_export,
     "skills": cmd_skills,
+    "view": cmd_view,
 }
 
 
@@ -500,7 +648,9 @@ _python_showwarning = warnings.showwarning
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv
     warnings.showwarning = _show_deprecation
     try:
         return COMMANDS[args.command](args)
@@ -510,11 +660,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"honed: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except RunInterrupted as stop:
-        print(f"honed: {interruption(stop)}", file=sys.stderr)
+        if os.environ.get("RANK", "0") == "0":  # the process that saved says it, once
+            print(f"honed: {interruption(stop)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except KeyboardInterrupt:
         print("honed: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception as exc:
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            from honed.distributed.launch import report_lost_peers
+
+            report_lost_peers(exc)  # returns only if this process is where the error began
+        raise
 
 
 def interruption(stop: RunInterrupted) -> str:

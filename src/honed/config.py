@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -58,17 +59,39 @@ LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]
 NormMode = Literal["zscore", "minmax", "none"]
 
 
+class LoraSettings(Strict):
+    """LoRA adapters (peft): only they train; `target_modules` is a list of module names or
+    `all-linear` (every linear layer but the output head, as in peft)."""
+
+    r: int = Field(16, ge=1)
+    alpha: float = Field(32.0, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: str | list[str] = "all-linear"
+
+
 class PolicyConfig(Strict):
     """`model: tiny` builds the embedded default; `smollm2-135m-instruct` (installed by `make
-    smollm2`), a `.gguf` file, or a path to a local Hugging Face model folder load a real one
-    (`honed.models.sources`). `gguf_file` picks a file in a folder holding several."""
+    smollm2`), a `.gguf` file, a path to a local Hugging Face model folder or a Hub id found in
+    the local Hugging Face cache load a real one (`honed.models.sources`). `gguf_file` picks a
+    file in a folder holding several. `device` and `dtype` say where and in which precision
+    the policy trains (`honed.models.device`)."""
 
     model: str = "tiny"
     gguf_file: str | None = None
     tiny: TinyModelConfig = TinyModelConfig()
     chat_template: bool = False
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     attn_implementation: str | None = None
+    gradient_checkpointing: bool = False
+    lora: LoraSettings | None = None
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        if not re.match(r"^(auto|cpu|mps|cuda(:\d+)?)$", value):
+            raise ValueError(f"must be auto, cpu, cuda, cuda:N or mps, not {value!r}")
+        return value
 
 
 class EnvConfig(Strict):
@@ -137,6 +160,9 @@ class TrainerConfig(Strict):
     kl_in_reward: bool = False
     num_iterations: int = Field(1, ge=1)
     micro_batch_size: int | None = Field(None, ge=1)
+    # with several learner processes (`honed train --nproc N`, torchrun): data-parallel with
+    # replicated weights (ddp) or with weights, gradients and optimizer state sharded (fsdp)
+    parallel: Literal["ddp", "fsdp"] = "ddp"
     # zero the model's dropout for the whole run, so the update scores what pi_old scored
     disable_dropout: bool = False
     # zero-spread groups and dynamic sampling
@@ -278,6 +304,9 @@ class LoggingConfig(Strict):
     mlflow: bool = False
     samples_per_step: int = Field(4, ge=0)
     progress: bool = True
+    # GRPO: groups per step kept in rollouts/ for `honed view` (0: none), and each file's cap
+    rollouts_per_step: int = Field(4, ge=0)
+    rollouts_max_bytes: int = Field(262_144, ge=16_384)
 
 
 def key_over_plain_http(url: str, api_key_env: str | None, allowed: bool) -> str | None:

@@ -78,7 +78,7 @@ def build_backend(
         for client in clients:
             client.check()  # fail before the first step, naming the server
         weight_sync = build_weight_sync(dist.server, run_dir, clients)
-        generator = CompletionsGenerator(dist.server, policy, params, clients)
+        generator = CompletionsGenerator(dist.server, policy, params, clients, weight_sync)
     if dist.backend == "ray":
         if dist.address == "local":
             secure_local_ray()

@@ -2,7 +2,9 @@
 
 - **Weights.** After each optimizer step the learner `ray.put`s its state dict once; every
   worker loads that one object. An actor runs its calls in order, so a shard submitted after a
-  load runs on those weights, and the version it reports is exact.
+  load runs on those weights, and the version it reports is exact. With inference servers,
+  the learner pushes the weights to the servers and tells each worker the version and the
+  name they serve it under (`weight_sync: lora`: the adapter's), which the worker requests.
 - **Sharding.** A request's items are cut into contiguous, balanced shards, one per worker.
   Groups come back with their reward-statistics shards and are put back in item order, so the
   learner sees what the in-process backend would have produced.
@@ -90,6 +92,7 @@ class RayBackend:
         self._key = (ray.get_runtime_context().get_job_id(), dist.cpus_per_worker)
         self.workers = self._warm_workers()
         self._weights: Any = None
+        self._served: str | None = None  # the name the servers hold the weights under
         self._version = 0
         self._running: dict[Any, _Running] = {}
         self._expected: dict[int, int] = {}
@@ -130,12 +133,13 @@ class RayBackend:
                 self._collect_one()
             version = self.weight_sync.push(policy, version)
             self._weights = None
+            self._served = getattr(self.weight_sync, "served_model", None)
         else:
             state = {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
             self._weights = ray.put(state)
         self._version = version
         for actor in self.workers:
-            actor.load_weights.remote(version, self._weights)
+            actor.load_weights.remote(version, self._weights, self._served)
         self._sync_seconds += time.perf_counter() - started
 
     # ------------------------------------------------------------------ requests
@@ -199,7 +203,7 @@ class RayBackend:
         log.warning("rollout worker %d died; starting a new one and redoing its items", worker)
         ray.kill(dead, no_restart=True)
         actor = self._actor.remote(self._config, worker)
-        actor.load_weights.remote(self._version, self._weights)
+        actor.load_weights.remote(self._version, self._weights, self._served)
         self.workers[worker] = actor
 
     # ------------------------------------------------------------------ the rest

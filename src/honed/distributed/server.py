@@ -90,8 +90,12 @@ class CompletionsGenerator:
         tokenizer: Policy,
         params: SamplingParams,
         clients: list[ChatClient] | None = None,
+        served: object | None = None,
     ) -> None:
+        """`served`, when given, is the weight-sync hook whose `served_model` (the adapter
+        the servers hold, with `weight_sync: lora`) names the model to request."""
         self.server_config = server_config
+        self.served = served
         self.policy = tokenizer
         self.params = params
         self.clients = clients or server_clients(server_config)
@@ -118,8 +122,9 @@ class CompletionsGenerator:
     def _sample(self, row: int, prompt_ids: list[int], seed: int) -> Sample:
         client = self.clients[row % len(self.clients)]
         url = f"{client.config.base_url}/completions"
+        model = getattr(self.served, "served_model", None) or self.server_config.model
         body = {
-            "model": self.server_config.model,
+            "model": model,
             "prompt": prompt_ids,
             "max_tokens": self.params.max_tokens,
             "temperature": self.params.temperature,

@@ -13,8 +13,17 @@ flight, so no sample mixes two versions, and each sample's staleness is exact).
   readable by the servers under the same path (one machine, or a shared file system).
 - `none`: the servers keep the weights they started with (the run learns from a fixed sampler,
   whose staleness grows by one every step; every token is importance-weighted against it).
-- `module:Class`: your own hook, built as `Class(server_config, weights_dir)`; LoRA-adapter
-  loading (vLLM's `/v1/load_lora_adapter`) fits here once the learner trains adapters.
+- `lora` (`LoadLoraAdapter`, with `policy.lora`): save only the adapter (peft's format) as
+  `<weights_dir>/step_<version>`, load it into each server with vLLM's runtime LoRA endpoint
+  (`POST /v1/load_lora_adapter {"lora_name", "lora_path"}`; start vLLM with `--enable-lora`,
+  `--max-lora-rank` at least `policy.lora.r`, and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`),
+  request completions under that adapter's name, and unload the previous one
+  (`POST /v1/unload_lora_adapter {"lora_name"}`). An adapter is megabytes where the model is
+  gigabytes, and the server keeps its base weights;
+- `module:Class`: your own hook, built as `Class(server_config, weights_dir)`.
+
+A hook may have a `served_model` attribute: the model name completions are then requested
+under (the adapter's, for `lora`), instead of `distributed.server.model`.
 """
 
 from __future__ import annotations
@@ -57,11 +66,9 @@ def endpoint_url(base_url: str, endpoint: str) -> str:
     return str(httpx.URL(base_url).copy_with(path=endpoint, query=None))
 
 
-class ReloadFromDisk:
-    """Save + reload: the policy goes to disk, each server is asked to load that directory.
-
-    The two newest directories are kept (a server may still be reading the previous one).
-    """
+class _WeightsOnDisk:
+    """Weights handed to servers through a directory per version, written atomically; the two
+    newest are kept (a server may still be reading the previous one)."""
 
     def __init__(
         self, server_config: ServerConfig, weights_dir: Path, clients: list[ChatClient]
@@ -70,10 +77,22 @@ class ReloadFromDisk:
         self.dir = Path(weights_dir).resolve()
         self.clients = clients
 
-    def push(self, policy: Policy, version: int) -> int:
+    def _save(self, policy: Policy, version: int) -> Path:
         path = self.dir / f"step_{version}"
         if not path.is_dir():
             atomic_write_dir(path, policy.save)
+        return path
+
+    def _prune(self) -> None:
+        for old in sorted(self.dir.glob("step_*"), key=lambda p: int(p.name[5:]))[:-2]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+class ReloadFromDisk(_WeightsOnDisk):
+    """Save + reload: the policy goes to disk, each server is asked to load that directory."""
+
+    def push(self, policy: Policy, version: int) -> int:
+        path = self._save(policy, version)
         for client in self.clients:
             url = endpoint_url(client.config.base_url, self.server_config.reload_endpoint)
             reply = client.post(url, {"model_path": str(path)}, stage="weight_sync")
@@ -86,8 +105,44 @@ class ReloadFromDisk:
                     f"the inference server at {url} did not load the weights in {path}: "
                     f"{body.get('message', body)}"
                 )
-        for old in sorted(self.dir.glob("step_*"), key=lambda p: int(p.name[5:]))[:-2]:
-            shutil.rmtree(old, ignore_errors=True)
+        self._prune()
+        return version
+
+
+LOAD_LORA = "/v1/load_lora_adapter"
+UNLOAD_LORA = "/v1/unload_lora_adapter"
+
+
+class LoadLoraAdapter(_WeightsOnDisk):
+    """Adapters into vLLM at runtime: after each update, the new adapter is loaded under a
+    name of its own (`<model>-step-<version>`, since vLLM refuses a name it already holds),
+    completions are requested under it, and the previous adapter is unloaded."""
+
+    def __init__(
+        self, server_config: ServerConfig, weights_dir: Path, clients: list[ChatClient]
+    ) -> None:
+        super().__init__(server_config, weights_dir, clients)
+        self.served_model: str | None = None
+
+    def push(self, policy: Policy, version: int) -> int:
+        if not policy.has_adapters:
+            raise HonedError(
+                "distributed.server.weight_sync: lora needs policy.lora (the learner must train "
+                "LoRA adapters); use reload to send whole weights"
+            )
+        path = self._save(policy, version)
+        name = f"{self.server_config.model}-step-{version}"
+        if name == self.served_model:
+            return version
+        for client in self.clients:
+            url = endpoint_url(client.config.base_url, LOAD_LORA)
+            client.post(url, {"lora_name": name, "lora_path": str(path)}, stage="weight_sync")
+        previous, self.served_model = self.served_model, name
+        if previous is not None:
+            for client in self.clients:
+                url = endpoint_url(client.config.base_url, UNLOAD_LORA)
+                client.post(url, {"lora_name": previous}, stage="weight_sync")
+        self._prune()
         return version
 
 
@@ -103,10 +158,12 @@ def build_weight_sync(
         return ReloadFromDisk(server_config, weights_dir, clients)
     if server_config.weight_sync == "none":
         return NoWeightSync()
+    if server_config.weight_sync == "lora":
+        return LoadLoraAdapter(server_config, weights_dir, clients)
     if ":" not in server_config.weight_sync:
         raise HonedError(
-            f"distributed.server.weight_sync: '{server_config.weight_sync}' is not reload, none or "
-            "module:Class"
+            f"distributed.server.weight_sync: '{server_config.weight_sync}' is not reload, lora, "
+            "none or module:Class"
         )
     hook = load_object(server_config.weight_sync, "weight-sync hook")(server_config, weights_dir)
     if not isinstance(hook, WeightSync):

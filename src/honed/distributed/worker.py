@@ -46,7 +46,9 @@ class RolloutWorker:
     """Builds its environments and policy from the run's config (as a plain dict).
 
     With a `distributed.server` section the worker generates through the inference servers
-    and its policy serves only as tokenizer; otherwise it samples from its own copy, whose
+    and its policy serves only as tokenizer, requesting the model the learner last named
+    (`served_model`: with `weight_sync: lora`, the adapter loaded for this version; else the
+    config's `distributed.server.model`); otherwise it samples from its own copy, whose
     weights the learner sends after each optimizer step.
     """
 
@@ -66,19 +68,24 @@ class RolloutWorker:
             self.settings.temperature, self.settings.top_p, self.settings.max_completion_length
         )
         server = config.distributed.server
+        self.served_model: str | None = None
         self.generator = (
-            CompletionsGenerator(server, self.policy, params)
+            CompletionsGenerator(server, self.policy, params, served=self)
             if server is not None
             else PolicySampler(self.policy, params)
         )
         self.version = -1
         return index
 
-    def load_weights(self, version: int, state: dict[str, torch.Tensor] | None) -> int:
-        """Take the learner's weights (`None`: they live on the inference servers)."""
+    def load_weights(
+        self, version: int, state: dict[str, torch.Tensor] | None, served_model: str | None = None
+    ) -> int:
+        """Take the learner's weights (`None`: they live on the inference servers, serving
+        them as `served_model` when they have a name of their own)."""
         if state is not None:
             self.policy.model.load_state_dict(state)
         self.version = version
+        self.served_model = served_model
         return version
 
     def rollout(self, task: ShardTask) -> ShardResult:

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
+from honed.models.device import model_device
 from honed.models.kvcache import InPlaceLayer, sampling_cache
 from honed.models.lean import LeanDecoder, supports_lean_decoding
 from honed.types import Sample
@@ -36,14 +37,20 @@ class SamplingParams:
     max_tokens: int = 256
 
 
-def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(
+    rows: Sequence[Sequence[int]], pad_id: int, device: torch.device | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows left-padded with `pad_id` ([len(rows), longest]) and their 0/1 mask; built on the
+    CPU and moved to `device` (when given) in one copy each."""
     width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long, device="cpu")
+    mask = torch.zeros((len(rows), width), dtype=torch.long, device="cpu")
     for i, r in enumerate(rows):
         if r:
-            ids[i, width - len(r) :] = torch.as_tensor(r, dtype=torch.long)
+            ids[i, width - len(r) :] = torch.as_tensor(r, dtype=torch.long, device="cpu")
             mask[i, width - len(r) :] = 1
+    if device is not None:
+        ids, mask = ids.to(device), mask.to(device)
     return ids, mask
 
 
@@ -82,13 +89,22 @@ class Decoding:
     )
 
 
-def row_uniforms(seeds: Sequence[int], steps: int, params: SamplingParams) -> torch.Tensor | None:
-    """[rows, steps] uniforms, row i's from `seeds[i]` alone; `None` for greedy decoding."""
+def row_uniforms(
+    seeds: Sequence[int], steps: int, params: SamplingParams, device: torch.device | None = None
+) -> torch.Tensor | None:
+    """[rows, steps] uniforms, row i's from `seeds[i]` alone; `None` for greedy decoding.
+
+    Drawn by CPU generators whatever the device (the same numbers on any machine), then moved.
+    """
     if params.temperature == 0:
         return None
-    return torch.stack(
-        [torch.rand(steps, generator=torch.Generator().manual_seed(int(s))) for s in seeds]
+    uniforms = torch.stack(
+        [
+            torch.rand(steps, generator=torch.Generator().manual_seed(int(s)), device="cpu")
+            for s in seeds
+        ]
     )
+    return uniforms if device is None else uniforms.to(device)
 
 
 def prefill(
@@ -100,8 +116,9 @@ def prefill(
 ) -> Decoding:
     """Run each distinct prompt once and give every row its prompt's cache and next logits."""
     batch = len(prompts)
+    device = model_device(model)
     distinct, row_prompt = distinct_prompts(prompts)
-    input_ids, attention = left_pad(distinct, pad_id)
+    input_ids, attention = left_pad(distinct, pad_id, device)
     positions = positions_of(attention)
     cache = sampling_cache(model.config, input_ids.shape[1] + steps)
     out = model(
@@ -118,13 +135,13 @@ def prefill(
     if supports_lean_decoding(model) and all(type(layer) is InPlaceLayer for layer in cache.layers):
         lean = LeanDecoder(model, int(next_pos.max()) + steps)
     if len(distinct) < batch:
-        index = torch.as_tensor(row_prompt, dtype=torch.long)
+        index = torch.as_tensor(row_prompt, dtype=torch.long, device=device)
         cache.reorder_cache(index)
         logits, attention, next_pos = logits[index], attention[index], next_pos[index]
     width = attention.shape[1]
     # every position a row can reach, so that each step takes a view instead of a copy
     attention = torch.cat([attention, attention.new_ones((batch, steps))], dim=1)
-    active = torch.arange(batch)
+    active = torch.arange(batch, device=device)
     return Decoding(
         cache=cache,
         logits=logits,
@@ -134,7 +151,7 @@ def prefill(
         uniforms=uniforms,
         lean=lean,
         active=active,
-        done=torch.zeros(batch, dtype=torch.bool),
+        done=torch.zeros(batch, dtype=torch.bool, device=device),
         runs=[(active, [], [])],
     )
 
@@ -199,18 +216,20 @@ def finish(
     pad_id: int,
     detokenize: Callable[[list[int]], str],
 ) -> list[Sample]:
-    """Each row's completion up to and including its first stop token (or `steps` tokens)."""
+    """Each row's completion up to and including its first stop token (or `steps` tokens),
+    assembled on the CPU (one copy from the device per run of steps)."""
     batch = len(prompts)
-    tokens = torch.full((batch, steps), pad_id, dtype=torch.long)
-    logprobs = torch.zeros((batch, steps), dtype=torch.float32)
+    tokens = torch.full((batch, steps), pad_id, dtype=torch.long, device="cpu")
+    logprobs = torch.zeros((batch, steps), dtype=torch.float32, device="cpu")
     first = 0
     for rows, run_tokens, run_logprobs in state.runs:
         last = first + len(run_tokens)
-        tokens[rows, first:last] = torch.stack(run_tokens, dim=1)
-        logprobs[rows, first:last] = torch.stack(run_logprobs, dim=1)
+        rows = rows.cpu()
+        tokens[rows, first:last] = torch.stack(run_tokens, dim=1).cpu()
+        logprobs[rows, first:last] = torch.stack(run_logprobs, dim=1).cpu()
         first = last
     # A stopped row still in the batch went on sampling; what it wrote after the stop is cut.
-    stops = torch.isin(tokens, torch.as_tensor(list(stop_ids), dtype=torch.long))
+    stops = torch.isin(tokens, torch.as_tensor(list(stop_ids), dtype=torch.long, device="cpu"))
     lengths = torch.where(stops.any(1), stops.int().argmax(1) + 1, steps)
     samples = []
     for i in range(batch):
@@ -245,8 +264,10 @@ def generate(
     if not prompts:
         return []
     steps = params.max_tokens
-    state = prefill(model, prompts, steps, pad_id, row_uniforms(seeds, steps, params))
-    decode(model, state, steps, params, torch.as_tensor(list(stop_ids), dtype=torch.long))
+    device = model_device(model)
+    state = prefill(model, prompts, steps, pad_id, row_uniforms(seeds, steps, params, device))
+    stop = torch.as_tensor(list(stop_ids), dtype=torch.long, device=device)
+    decode(model, state, steps, params, stop)
     return finish(prompts, state, steps, stop_ids, pad_id, detokenize)
 
 

@@ -35,9 +35,11 @@ runs its own `forward`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 
 from honed.models.kvcache import InPlaceLayer
@@ -48,13 +50,34 @@ PACK_MIN_PADDING = 0.125
 
 
 def supports_lean(model: PreTrainedModel) -> bool:
-    """Whether this module's forwards compute exactly `model`'s forward."""
+    """Whether this module's forwards compute exactly `model`'s forward.
+
+    Only for a plain Llama whose projections are plain `nn.Linear`s holding plain tensors: a
+    peft model (LoRA layers wrap the projections) or a sharded one (FSDP's parameters are
+    `DTensor`s, gathered by hooks around each layer's own forward) runs its own forward.
+    """
+    if not isinstance(model, PreTrainedModel):
+        return False
     config = model.config
     if getattr(config, "model_type", None) != "llama":
         return False
     if getattr(config, "pretraining_tp", 1) != 1:
         return False  # tensor-parallel slicing of the projections changes the arithmetic
-    return getattr(config, "_attn_implementation", "sdpa") in ("sdpa", "eager")
+    if getattr(config, "_attn_implementation", "sdpa") not in ("sdpa", "eager"):
+        return False
+    layer = model.model.layers[0]
+    linears = [getattr(layer.self_attn, f"{n}_proj") for n in "qkvo"]
+    linears += [getattr(layer.mlp, f"{n}_proj") for n in ("gate", "up", "down")]
+    linears.append(model.lm_head)
+    return all(type(m) is torch.nn.Linear and type(m.weight.data) is torch.Tensor for m in linears)
+
+
+def checkpointing(model: torch.nn.Module) -> bool:
+    """Whether gradient checkpointing is on (`transformers` renamed the property in v5)."""
+    flag = getattr(model, "is_activation_checkpointing", None)
+    if flag is None:
+        flag = getattr(model, "is_gradient_checkpointing", False)
+    return bool(flag)
 
 
 def supports_lean_decoding(model: PreTrainedModel) -> bool:
@@ -85,7 +108,8 @@ class LeanDecoder:
         self.embed = inner.embed_tokens.weight
         self.head = model.lm_head.weight  # often tied to `embed`: a view, never a copy
         self.head_bias = model.lm_head.bias
-        cos, sin = inner.rotary_emb(self.embed, torch.arange(positions)[None])
+        steps = torch.arange(positions, device=self.embed.device)
+        cos, sin = inner.rotary_emb(self.embed, steps[None])
         self.cos, self.sin = cos[0, :, None], sin[0, :, None]  # [positions, 1, head_dim]
         self.layers = [_DecodeLayer(layer, _activation(model)) for layer in inner.layers]
 
@@ -98,7 +122,7 @@ class LeanDecoder:
         config = self.model.config
         kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
         batch, length = attention.shape
-        bias = torch.zeros((batch, length), dtype=self.embed.dtype)
+        bias = torch.zeros((batch, length), dtype=self.embed.dtype, device=attention.device)
         bias.masked_fill_(attention == 0, -torch.inf)
         return bias[:, None, None, :].expand(batch, kv_heads, 1, length).reshape(-1, 1, length)
 
@@ -175,9 +199,11 @@ def lean_forward(
     key_mask: torch.Tensor,
     past: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
     keep: int | None = None,
+    head: bool = True,
 ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
     """`model`'s forward with gradients: logits of the last `keep` positions (all if None)
-    and every layer's keys and values [B, kv_heads, S, head_dim], past ones included.
+    and every layer's keys and values [B, kv_heads, S, head_dim], past ones included. With
+    `head=False`, the final hidden states (after the last norm) instead of the logits.
 
     `input_ids` and `positions` are [B, T]; `key_mask` is [B, S] over every key a query may see
     (1 real, 0 padding), the T new positions being the last T of the S; `past` holds each
@@ -189,6 +215,10 @@ def lean_forward(
     length. When at least `PACK_MIN_PADDING` of the T positions are padding, the real tokens
     are packed into one row for everything but attention (projections, RoPE, norms, MLP), and
     laid out [B, T] only for attention; padding positions then come out with zero logits.
+
+    With gradient checkpointing on (`model.gradient_checkpointing_enable()`), in training and
+    under autograd, each layer is recomputed in the backward pass instead of keeping its
+    activations (`torch.utils.checkpoint`), as `transformers`' layers do.
     """
     inner = model.model
     act = _activation(model)
@@ -204,8 +234,11 @@ def lean_forward(
     cos, sin = cos[:, :, None], sin[:, :, None]
     bias = _mask_bias(key_mask, length, hidden.dtype)
     present = []
+    layer_fn = _lean_layer
+    if checkpointing(model) and model.training and torch.is_grad_enabled():
+        layer_fn = partial(checkpoint, _lean_layer, use_reentrant=False)
     for index, layer in enumerate(inner.layers):
-        hidden, kv = _lean_layer(
+        hidden, kv = layer_fn(
             layer,
             hidden,
             (cos, sin),
@@ -224,7 +257,8 @@ def lean_forward(
         hidden = hidden.view(batch, length, -1)
     if keep is not None:
         hidden = hidden[:, -keep:]
-    return model.lm_head(_norm(inner.norm, hidden)), present
+    hidden = _norm(inner.norm, hidden)
+    return (model.lm_head(hidden) if head else hidden), present
 
 
 def _lean_layer(
@@ -389,11 +423,12 @@ def _mask_bias(key_mask: torch.Tensor, queries: int, dtype: torch.dtype) -> torc
     """
     keys = key_mask.shape[1]
     offset = keys - queries
-    rows = torch.arange(queries)[:, None] + offset
-    cols = torch.arange(keys)[None, :]
+    rows = torch.arange(queries, device=key_mask.device)[:, None] + offset
+    cols = torch.arange(keys, device=key_mask.device)[None, :]
     allowed = (cols <= rows) & key_mask.bool()[:, None, :]
     allowed |= cols == rows
-    bias = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, -torch.inf)
+    bias = torch.zeros(allowed.shape, dtype=dtype, device=key_mask.device)
+    bias.masked_fill_(~allowed, -torch.inf)
     return bias[:, None]
 
 

@@ -16,7 +16,9 @@ from transformers.utils import logging as hf_logging
 
 from honed.config import PolicyConfig
 from honed.errors import HonedError
+from honed.models.device import model_device, resolve_device, resolve_dtype
 from honed.models.generation import SamplingParams, generate, left_pad
+from honed.models.lora import add_adapters, has_adapters, is_adapter_dir, load_adapters
 from honed.models.sources import resolve_model
 from honed.models.tiny import build_char_tokenizer, build_tiny_model
 from honed.types import Prompt, Sample, prompt_text
@@ -25,8 +27,6 @@ __all__ = ["Policy", "PolicySampler", "SamplingParams", "left_pad"]
 
 # Checkpoints are written every few steps; per-save progress bars would drown the run's own.
 hf_logging.disable_progress_bar()
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class Policy:
@@ -69,20 +69,43 @@ class Policy:
 
     # ------------------------------------------------------------------ construction and I/O
 
+    @property
+    def device(self) -> torch.device:
+        """Where the model is, and so every batch it is given."""
+        return model_device(self.model)
+
+    @property
+    def has_adapters(self) -> bool:
+        return has_adapters(self.model)
+
     @classmethod
     def from_config(cls, policy_config: PolicyConfig, seed: int) -> Policy:
-        if policy_config.model == "tiny":
-            tokenizer = build_char_tokenizer()
-            model = build_tiny_model(policy_config.tiny, tokenizer, seed).to(
-                DTYPES[policy_config.dtype]
+        """The policy a run starts from: built or loaded, placed on `policy.device` in
+        `policy.dtype`, with gradient checkpointing and fresh LoRA adapters as configured."""
+        model, tokenizer = _base_model(policy_config, seed)
+        if policy_config.lora is not None:
+            model = add_adapters(model, policy_config.lora, seed, policy_config.model)
+        return cls(model, tokenizer, chat_template=policy_config.chat_template)
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, policy_config: PolicyConfig, seed: int) -> Policy:
+        """A checkpoint of a run with this policy config: a whole Hugging Face model, or a LoRA
+        adapter on the config's base model (trainable, as it was saved)."""
+        path = Path(path)
+        if not is_adapter_dir(path):
+            return cls.load(
+                path,
+                policy_config.dtype,
+                policy_config.chat_template,
+                policy_config.attn_implementation,
+                policy_config.device,
+                policy_config.gradient_checkpointing,
             )
-            return cls(model, tokenizer, chat_template=policy_config.chat_template)
-        return cls.load(
-            resolve_model(policy_config.model, policy_config.gguf_file),
-            dtype=policy_config.dtype,
-            chat_template=policy_config.chat_template,
-            attn_implementation=policy_config.attn_implementation,
-        )
+        model, _ = _base_model(policy_config, seed)
+        model = load_adapters(model, path, trainable=True)
+        tokenizer = _tokenizer(path)
+        _own_storage(model)
+        return cls(model, tokenizer, chat_template=policy_config.chat_template)
 
     @classmethod
     def load(
@@ -91,24 +114,30 @@ class Policy:
         dtype: str = "float32",
         chat_template: bool = False,
         attn_implementation: str | None = None,
+        device: str = "cpu",
+        gradient_checkpointing: bool = False,
     ) -> Policy:
+        """A Hugging Face model folder as a policy (`dtype` and `device` as in `PolicyConfig`)."""
         path = Path(path)
-        if not (path / "config.json").is_file():
-            raise HonedError(f"'{path}' is not a Hugging Face model directory (no config.json)")
-        kwargs = {"dtype": DTYPES[dtype]}
-        if attn_implementation:
-            kwargs["attn_implementation"] = attn_implementation
-        try:
-            model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-            tokenizer = AutoTokenizer.from_pretrained(path)
-        except (OSError, ValueError) as exc:
-            raise HonedError(f"could not load the model at '{path}': {exc}") from exc
-        _own_storage(model)
+        if is_adapter_dir(path):
+            raise HonedError(
+                f"'{path}' holds a LoRA adapter, not a whole model; load it with the run's "
+                "config (its policy.model is the base), or merge it with honed export"
+            )
+        target = resolve_device(device)
+        model, tokenizer = _load_folder(path, resolve_dtype(dtype, target), attn_implementation)
+        model = model.to(target)
+        if gradient_checkpointing:
+            enable_checkpointing(model)
         return cls(model, tokenizer, chat_template=chat_template)
 
-    def save(self, path: str | Path) -> None:
-        """Write a standard Hugging Face directory (config, safetensors weights, tokenizer)."""
-        self.model.save_pretrained(path, safe_serialization=True)
+    def save(self, path: str | Path, state_dict: dict[str, torch.Tensor] | None = None) -> None:
+        """Write a standard Hugging Face directory (config, safetensors weights, tokenizer), or
+        with LoRA the adapter in peft's format (`adapter_config.json`,
+        `adapter_model.safetensors`) and the tokenizer. `state_dict` gives the weights when the
+        model does not hold them whole (a sharded model's, gathered)."""
+        extra = {} if state_dict is None else {"state_dict": state_dict}
+        self.model.save_pretrained(path, safe_serialization=True, **extra)
         self.tokenizer.save_pretrained(path)
 
     # ------------------------------------------------------------------ text
@@ -154,6 +183,57 @@ class Policy:
         """Sample one completion per prompt; row i's randomness comes from `seeds[i]` alone
         (`honed.models.generation`)."""
         return generate(self.model, prompts, seeds, params, self.stop_ids, self.pad_id, self.decode)
+
+
+def _base_model(policy_config: PolicyConfig, seed: int) -> tuple[PreTrainedModel, object]:
+    """The config's model without adapters, on its device in its dtype, and its tokenizer."""
+    device = resolve_device(policy_config.device)
+    dtype = resolve_dtype(policy_config.dtype, device)
+    if policy_config.model == "tiny":
+        tokenizer = build_char_tokenizer()
+        model = build_tiny_model(
+            policy_config.tiny, tokenizer, seed, policy_config.attn_implementation
+        )
+    else:
+        path = resolve_model(policy_config.model, policy_config.gguf_file)
+        model, tokenizer = _load_folder(path, dtype, policy_config.attn_implementation)
+    model = model.to(device=device, dtype=dtype)
+    if policy_config.gradient_checkpointing:
+        enable_checkpointing(model)
+    return model, tokenizer
+
+
+def _load_folder(
+    path: Path, dtype: torch.dtype, attn_implementation: str | None
+) -> tuple[PreTrainedModel, object]:
+    if not (path / "config.json").is_file():
+        raise HonedError(f"'{path}' is not a Hugging Face model directory (no config.json)")
+    kwargs = {"dtype": dtype}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except (OSError, ValueError, ImportError) as exc:
+        raise HonedError(f"could not load the model at '{path}': {exc}".splitlines()[0]) from exc
+    _own_storage(model)
+    return model, _tokenizer(path)
+
+
+def _tokenizer(path: Path):
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        raise HonedError(f"could not load the tokenizer at '{path}': {exc}") from exc
+
+
+def enable_checkpointing(model: PreTrainedModel) -> None:
+    """Recompute each layer's activations in the backward pass instead of keeping them
+    (`transformers`' checkpointing, non-reentrant; the lean forward honours it too)."""
+    if not model.supports_gradient_checkpointing:
+        raise HonedError(
+            f"policy.gradient_checkpointing: {type(model).__name__} does not support it"
+        )
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def end_of_turn_id(tokenizer) -> int | None:

@@ -15,23 +15,50 @@ with `build_batch` and calls `score`. Two batch layouts exist:
   and gradients). With the prompt a large share of each sequence, this removes most of the
   update's work.
 
-The model runs through `lean_forward` when it supports it (Llama-family decoders), else
-through its own `forward`; both give the same logits to float rounding.
+The model's body runs through `lean_forward` when it supports it (Llama-family decoders), else
+through its own decoder; both give the same hidden states to float rounding. Only completion
+positions reach the output head (the prompt is never projected to the vocabulary), and the
+vocabulary is never held for the whole batch at once (`head_logprobs`): logits are computed
+`LOGITS_CHUNK_ELEMENTS` at a time, upcast to float32, reduced to the sampled token's log-prob
+and the entropy, and dropped; above `RECOMPUTE_ABOVE_ELEMENTS` logits in a batch, the backward
+pass recomputes each chunk (`torch.utils.checkpoint`) instead of keeping it. The naive
+computation (`token_logprobs`: the whole float32 log-softmax) stays as the reference the tests
+and `bench/memory.py` compare against.
+
+Batches are built on the CPU (from Python lists) and moved to the model's device in one copy
+(`TokenBatch.to`, `PrefixBatch.to`); `score` moves a batch that is not there yet.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
+from types import MethodType
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache, PreTrainedModel
 
+from honed.models.device import model_device
 from honed.models.generation import distinct_prompts, left_pad, positions_of
-from honed.models.lean import lean_forward, supports_lean
+from honed.models.lean import checkpointing, lean_forward, supports_lean
+
+# Logits computed at once, per chunk of completion tokens: 2**24 float32 values are 64 MiB, about
+# 110 tokens at Qwen's 151,936-token vocabulary, 340 at SmolLM2's 49,152.
+LOGITS_CHUNK_ELEMENTS = 1 << 24
+# Above this many logits in one batch (1 GiB in float32), the backward pass recomputes each
+# chunk's logits rather than keeping them all: one more pass through the output head buys a
+# peak that no longer grows with the vocabulary. Below it, keeping them is cheaper, and a
+# laptop-sized batch (SmolLM2's quickstart: 1,024 tokens, 50 M logits) pays nothing.
+RECOMPUTE_ABOVE_ELEMENTS = 1 << 28
+# Config attributes of models whose head does more than a linear projection (Gemma 2's logit
+# soft-capping, Cohere's and Granite's logit scaling): their logits come from their own forward.
+_HEAD_EXTRAS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
 Past = DynamicCache | list[tuple[torch.Tensor, torch.Tensor]]
+# The method a sharded model scores through (`enable_root_scoring`).
+ROOT_SCORE = "honed_score"
 
 
 @dataclass
@@ -52,6 +79,9 @@ class TokenBatch:
     def completion_width(self) -> int:
         return self.completion_ids.shape[1]
 
+    def to(self, device: torch.device) -> TokenBatch:
+        return _moved(self, device)
+
 
 @dataclass
 class PrefixBatch:
@@ -68,6 +98,32 @@ class PrefixBatch:
     @property
     def completion_width(self) -> int:
         return self.completion_ids.shape[1]
+
+    def to(self, device: torch.device) -> PrefixBatch:
+        return _moved(self, device)
+
+    def as_tokens(self) -> TokenBatch:
+        """The same rows as a `TokenBatch` (each row with its own copy of its prompt), for a
+        forward that cannot continue from a prompt's cache (gradient checkpointing through
+        `transformers`' layers, which drops the cache in training)."""
+        prompt_ids = self.prompt_ids[self.row_prompt]
+        prompt_mask = self.prompt_mask[self.row_prompt]
+        attention = torch.cat([prompt_mask, self.completion_attention], dim=1)
+        return TokenBatch(
+            input_ids=torch.cat([prompt_ids, self.completion_ids], dim=1),
+            attention_mask=attention,
+            position_ids=positions_of(attention),
+            completion_ids=self.completion_ids,
+            completion_mask=self.completion_mask,
+        )
+
+
+def _moved(batch, device: torch.device):
+    """`batch` with every tensor on `device` (the same object when they are there already)."""
+    tensors = {f.name: getattr(batch, f.name) for f in fields(batch)}
+    if all(t.device == device for t in tensors.values()):
+        return batch
+    return replace(batch, **{k: t.to(device, non_blocking=True) for k, t in tensors.items()})
 
 
 ScoreBatch = TokenBatch | PrefixBatch
@@ -86,10 +142,10 @@ class Scores:
 
 def right_pad(rows: Sequence[Sequence[int]], pad: int, width: int) -> torch.Tensor:
     """Rows padded on the right with `pad` to `width` columns, as one [len(rows), width] tensor."""
-    out = torch.full((len(rows), width), pad, dtype=torch.long)
+    out = torch.full((len(rows), width), pad, dtype=torch.long, device="cpu")
     for i, r in enumerate(rows):
         if r:
-            out[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
+            out[i, : len(r)] = torch.as_tensor(r, dtype=torch.long, device="cpu")
     return out
 
 
@@ -131,7 +187,7 @@ def build_batch(
     return PrefixBatch(
         prompt_ids=prompt_ids,
         prompt_mask=prompt_mask,
-        row_prompt=torch.as_tensor(row_prompt, dtype=torch.long),
+        row_prompt=torch.as_tensor(row_prompt, dtype=torch.long, device="cpu"),
         completion_ids=right_pad(completions, pad_id, width),
         completion_attention=right_pad([[1] * len(c) for c in completions], 0, width),
         completion_mask=right_pad(masks, 0, width),
@@ -144,61 +200,126 @@ def score(
     """Log-probs of the batch's completion tokens under `model`, and optionally their entropy.
 
     Logits are divided by the sampling temperature, as during sampling, so that on-policy the
-    scores equal the behaviour log-probs. Gradients flow when autograd is on; callers that
-    want none wrap the call in `torch.inference_mode()`.
+    scores equal the behaviour log-probs; log-probs and entropy are float32 whatever the
+    model's dtype. Gradients flow when autograd is on; callers that want none wrap the call in
+    `torch.inference_mode()`. `model` may be a peft model (its adapters apply, or not inside
+    `disable_adapter()`), or a sharded one (`enable_root_scoring`).
     """
-    if isinstance(batch, TokenBatch):
-        logits = _token_logits(model, batch)
+    through_root = getattr(model, ROOT_SCORE, None)
+    if through_root is not None:
+        logprobs, entropy, mask = through_root(batch, temperature, with_entropy)
+        return Scores(logprobs, entropy, mask)
+    return _score(model, batch, temperature, with_entropy)
+
+
+def enable_root_scoring(model: torch.nn.Module) -> None:
+    """Give `model` a method `ROOT_SCORE(batch, temperature, with_entropy)` that `score` calls
+    instead of reaching into the model itself.
+
+    For a model sharded with FSDP (`honed.distributed.fsdp`): its root's parameters (embeddings,
+    output head) are gathered only around a forward of the root, so the sharding registers this
+    method as one (`register_fsdp_forward_method`), and the output head's chunks run inside it.
+    Rows always get their own copy of their prompt (a `TokenBatch`): one pass through each
+    layer per call, as FSDP's per-layer hooks expect. It returns a tuple, whose tensors FSDP
+    can hook for the backward pass.
+    """
+
+    def root_score(self, batch: ScoreBatch, temperature: float, with_entropy: bool):
+        if isinstance(batch, PrefixBatch):
+            batch = batch.as_tokens()
+        scores = _score(self, batch, temperature, with_entropy)
+        # FSDP hooks the outputs for the backward pass: fresh tensors, never views of others,
+        # so that no in-place operation downstream can bypass the hook
+        entropy = None if scores.entropy is None else scores.entropy.clone()
+        return scores.logprobs.clone(), entropy, scores.mask.clone()
+
+    setattr(model, ROOT_SCORE, MethodType(root_score, model))
+
+
+def _score(
+    model: PreTrainedModel, batch: ScoreBatch, temperature: float, with_entropy: bool
+) -> Scores:
+    """`score` for a model that is not sharded, or inside a sharded one's root forward."""
+    causal = causal_lm(model)
+    batch = batch.to(model_device(causal))
+    if isinstance(batch, PrefixBatch) and not _continues_cache(causal):
+        batch = batch.as_tokens()
+    head = plain_head(causal)
+    if head is None:  # a head with extras: the model's own logits, reduced chunk by chunk
+        logits = _token_states(causal, batch, logits=True)
+        logprobs, entropy = _logits_logprobs(logits, batch.completion_ids, temperature)
     else:
-        logits = _prefix_logits(model, batch)
-    logprobs, entropy = token_logprobs(logits, batch.completion_ids, temperature, with_entropy)
-    return Scores(logprobs, entropy, batch.completion_mask)
+        hidden = _token_states(causal, batch, logits=False)
+        logprobs, entropy = head_logprobs(
+            head, hidden, batch.completion_ids, temperature, with_entropy
+        )
+    return Scores(logprobs, entropy if with_entropy else None, batch.completion_mask)
 
 
-def token_logprobs(
-    logits: torch.Tensor, tokens: torch.Tensor, temperature: float, with_entropy: bool
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs of `tokens` [B, C] under `logits` [B, C, V] tempered, and their entropy."""
-    logits = logits.float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    logp_all = F.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return logp, entropy
+def causal_lm(model: torch.nn.Module) -> PreTrainedModel:
+    """The causal LM inside a peft wrapper (its LoRA layers in place), or `model` itself."""
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
 
 
-def _token_logits(model: PreTrainedModel, batch: TokenBatch) -> torch.Tensor:
-    """Logits [B, C, V] predicting each completion token: the C positions before it."""
+def plain_head(model: PreTrainedModel) -> torch.nn.Module | None:
+    """The output head when logits are exactly `head(hidden)`, else None."""
+    if any(getattr(model.config, extra, None) for extra in _HEAD_EXTRAS):
+        return None
+    return model.get_output_embeddings()
+
+
+def _continues_cache(model: PreTrainedModel) -> bool:
+    """Whether a forward can continue from a prompt's keys and values: not through
+    `transformers`' checkpointed layers in training, which drop the cache."""
+    if supports_lean(model):
+        return True
+    return not (checkpointing(model) and model.training and torch.is_grad_enabled())
+
+
+def _token_states(model: PreTrainedModel, batch: ScoreBatch, logits: bool) -> torch.Tensor:
+    """Final hidden states [B, C, H] (or, with `logits`, the logits [B, C, V]) of the positions
+    predicting each completion token: the last prompt position and the completion's own, but
+    its last."""
     width = batch.completion_width
-    logits, _ = _forward(
-        model, batch.input_ids, batch.position_ids, batch.attention_mask, keep=width + 1
-    )
-    return logits[:, :-1, :]
-
-
-def _prefix_logits(model: PreTrainedModel, batch: PrefixBatch) -> torch.Tensor:
-    """`_token_logits` for a `PrefixBatch`: every distinct prompt is computed once."""
+    if isinstance(batch, TokenBatch):
+        out, _ = _forward(
+            model,
+            batch.input_ids[:, :-1],
+            batch.position_ids[:, :-1],
+            batch.attention_mask[:, :-1],
+            keep=width,
+            logits=logits,
+        )
+        return out
     prompt_positions = positions_of(batch.prompt_mask)
     first, past = _forward(
-        model, batch.prompt_ids, prompt_positions, batch.prompt_mask, keep=1, cache=True
+        model,
+        batch.prompt_ids,
+        prompt_positions,
+        batch.prompt_mask,
+        keep=1,
+        cache=True,
+        logits=logits,
     )
     rows = batch.row_prompt
     # The last prompt position predicts the first completion token; the rest come from the
     # completion tokens themselves (all but the last, whose prediction is never scored).
-    logits = [first[rows]]
-    width = batch.completion_width
+    states = [first[rows]]
     if width > 1:
         key_mask = torch.cat([batch.prompt_mask[rows], batch.completion_attention[:, :-1]], dim=1)
-        positions = batch.prompt_mask.sum(-1)[rows, None] + torch.arange(width - 1)
+        steps = torch.arange(width - 1, device=key_mask.device)
+        positions = batch.prompt_mask.sum(-1)[rows, None] + steps
         out, _ = _forward(
-            model, batch.completion_ids[:, :-1], positions, key_mask, _expand(past, rows)
+            model,
+            batch.completion_ids[:, :-1],
+            positions,
+            key_mask,
+            _expand(past, rows),
+            logits=logits,
         )
-        logits.append(out)
-    return torch.cat(logits, dim=1)
+        states.append(out)
+    return torch.cat(states, dim=1)
 
 
 def _forward(
@@ -209,23 +330,119 @@ def _forward(
     past: Past | None = None,
     keep: int = 0,
     cache: bool = False,
+    logits: bool = False,
 ) -> tuple[torch.Tensor, Past | None]:
-    """One pass: logits of the last `keep` positions (all if 0) and, when `cache` or `past` is
-    given, the keys and values to continue from. `key_mask` covers past and new positions."""
-    if supports_lean(model):
-        return lean_forward(model, input_ids, positions, key_mask, past, keep or None)
+    """One pass: the final hidden states (or with `logits`, the logits) of the last `keep`
+    positions (all if 0) and, when `cache` or `past` is given, the keys and values to continue
+    from. `key_mask` covers past and new positions."""
+    if supports_lean(model) and not logits:
+        return lean_forward(model, input_ids, positions, key_mask, past, keep or None, head=False)
     use_cache = cache or past is not None
     if use_cache and past is None:
         past = DynamicCache(config=model.config)
-    out = model(
-        input_ids=input_ids,
-        attention_mask=key_mask,
-        position_ids=positions,
-        past_key_values=past,
-        use_cache=use_cache,
-        logits_to_keep=keep,
-    )
-    return out.logits, past
+    inputs = {
+        "input_ids": input_ids,
+        "attention_mask": key_mask,
+        "position_ids": positions,
+        "past_key_values": past,
+        "use_cache": use_cache,
+    }
+    if logits:
+        return model(**inputs, logits_to_keep=keep).logits, past
+    hidden = model.base_model(**inputs).last_hidden_state
+    return (hidden[:, -keep:] if keep else hidden), past
+
+
+def head_logprobs(
+    head: torch.nn.Module,
+    hidden: torch.Tensor,
+    tokens: torch.Tensor,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs of `tokens` [B, C] under the logits `head(hidden)` tempered (hidden [B, C, H]),
+    and their entropy (never differentiable), both float32 [B, C], without the [B, C, V]
+    logits ever existing at once: chunks of `LOGITS_CHUNK_ELEMENTS` logits, recomputed in the
+    backward pass when the batch holds more than `RECOMPUTE_ABOVE_ELEMENTS`.
+    """
+    rows, width, size = hidden.shape
+    vocab = head.weight.shape[0]
+    flat, flat_tokens = hidden.reshape(rows * width, size), tokens.reshape(-1)
+    step = max(1, LOGITS_CHUNK_ELEMENTS // vocab)
+    recompute = torch.is_grad_enabled() and rows * width * vocab > RECOMPUTE_ABOVE_ELEMENTS
+    logprobs, entropies = [], []
+    for start in range(0, rows * width, step):
+        args = (head, flat[start : start + step], flat_tokens[start : start + step])
+        if recompute:
+            lp, ent = checkpoint(_chunk, *args, temperature, with_entropy, use_reentrant=False)
+        else:
+            lp, ent = _chunk(*args, temperature, with_entropy)
+        logprobs.append(lp)
+        entropies.append(ent)
+    entropy = torch.cat(entropies).view(rows, width) if with_entropy else None
+    return torch.cat(logprobs).view(rows, width), entropy
+
+
+def _chunk(
+    head: torch.nn.Module,
+    hidden: torch.Tensor,
+    tokens: torch.Tensor,
+    temperature: float,
+    with_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One chunk of `head_logprobs`: tempered float32 logits [N, V] reduced to [N] values."""
+    logits = head(hidden).float()
+    return _reduce(logits, tokens, temperature, with_entropy)
+
+
+def _reduce(
+    logits: torch.Tensor, tokens: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log p(token) = logit − logsumexp (no [N, V] log-softmax is kept for the backward pass),
+    and the entropy logsumexp − Σ p·logit, computed without gradient."""
+    if temperature != 1.0:
+        logits = logits / temperature
+    lse = torch.logsumexp(logits, dim=-1)
+    logp = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - lse
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    return logp, entropy
+
+
+def _logits_logprobs(
+    logits: torch.Tensor, tokens: torch.Tensor, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`head_logprobs` for logits a model computed itself ([B, C, V], its dtype): reduced a
+    chunk of positions at a time, so the float32 copy never spans the batch."""
+    rows, width, vocab = logits.shape
+    flat, flat_tokens = logits.reshape(rows * width, vocab), tokens.reshape(-1)
+    step = max(1, LOGITS_CHUNK_ELEMENTS // vocab)
+    parts = [
+        _reduce(flat[s : s + step].float(), flat_tokens[s : s + step], temperature, True)
+        for s in range(0, rows * width, step)
+    ]
+    logp = torch.cat([lp for lp, _ in parts]).view(rows, width)
+    return logp, torch.cat([ent for _, ent in parts]).view(rows, width)
+
+
+def token_logprobs(
+    logits: torch.Tensor, tokens: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The naive computation: log-probs of `tokens` [B, C] from the whole float32 log-softmax of
+    `logits` [B, C, V] tempered, and their entropy. The reference `head_logprobs` is checked
+    against (tests, `bench/memory.py`); training never calls it."""
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    logp_all = F.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy
 
 
 def _expand(past: Past, rows: torch.Tensor) -> Past:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -96,11 +97,73 @@ def resolve_model(model: str, gguf_file: str | None = None) -> Path:
                 f"policy.model: {path} holds several GGUF files ({', '.join(ggufs)}); "
                 "name one with policy.gguf_file"
             )
+    if HUB_ID.match(model) and not path.exists():
+        return hub_snapshot(model)
     names = ", ".join(["tiny", *MODELS])
     raise HonedError(
-        f"policy.model: '{model}' is neither a known model ({names}), a .gguf file, nor a "
-        "Hugging Face model folder (no config.json)"
+        f"policy.model: '{model}' is neither a known model ({names}), a .gguf file, a Hugging "
+        "Face model folder (no config.json) nor a Hub id (org/name)"
     )
+
+
+# A Hub repository id, `org/name`: what `from_pretrained` would look up on the Hub.
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# The files of a model repository a policy needs (not other formats' copies of the weights).
+HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
+
+
+def hub_cache() -> Path:
+    """The local Hugging Face cache, as `huggingface_hub` finds it: `$HF_HUB_CACHE`, else
+    `$HF_HOME/hub`, else its default (`~/.cache/huggingface/hub`)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]) / "hub"
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
+
+
+def hub_snapshot(repo_id: str) -> Path:
+    """The folder of a Hub model, as `from_pretrained` resolves it: from the local cache, after
+    downloading what is missing unless offline (`HF_HUB_OFFLINE=1`). Not found: one line
+    naming the id and where it looked."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError
+
+    cache = hub_cache()
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+    try:
+        folder = Path(
+            snapshot_download(
+                repo_id, cache_dir=cache, allow_patterns=HUB_FILES, local_files_only=offline
+            )
+        )
+    except (OSError, ValueError, HFValidationError) as exc:
+        how = "offline (HF_HUB_OFFLINE)" if offline else "and could not download it"
+        raise HonedError(
+            f"policy.model: the Hub model '{repo_id}' is not in the Hugging Face cache {cache} "
+            f"{how}: download it where the Hub is reachable (huggingface-cli download "
+            f"{repo_id}) or point policy.model at a local folder ({type(exc).__name__})"
+        ) from None
+    if not (folder / "config.json").is_file():
+        raise HonedError(
+            f"policy.model: the Hub snapshot {folder} of '{repo_id}' has no config.json"
+        )
+    return folder
+
+
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def is_adapter_dir(path: Path) -> bool:
+    """Whether `path` holds a peft adapter (rather than a whole model)."""
+    return (Path(path) / ADAPTER_CONFIG).is_file()
+
+
+def is_checkpoint(path: Path) -> bool:
+    """Whether `path` holds a policy checkpoint: a whole model, or a LoRA adapter."""
+    return (Path(path) / "config.json").is_file() or is_adapter_dir(path)
 
 
 def file_digest(path: Path) -> str:

@@ -38,9 +38,13 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def build_tiny_model(
-    shape: TinyModelConfig, tokenizer: PreTrainedTokenizerFast, seed: int
+    shape: TinyModelConfig,
+    tokenizer: PreTrainedTokenizerFast,
+    seed: int,
+    attn_implementation: str | None = None,
 ) -> LlamaForCausalLM:
-    """A randomly initialised Llama whose weights depend only on `seed` and the shape."""
+    """A randomly initialised Llama whose weights depend only on `seed` and the shape (built on
+    the CPU, so the same seed gives the same weights whatever device it is moved to)."""
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=shape.hidden_size,
@@ -54,6 +58,7 @@ def build_tiny_model(
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
+        **({"attn_implementation": attn_implementation} if attn_implementation else {}),
     )
     devices_rng = torch.random.get_rng_state()
     torch.manual_seed(seed)

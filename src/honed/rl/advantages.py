@@ -32,11 +32,11 @@ def compute_advantages(
     `scale_rewards`: `group` divides by the group's std (GRPO), `batch` by the std of every unit
     in the batch (Lite PPO's middle ground), `none` only centres (Dr. GRPO).
     """
-    tensors = [torch.tensor(r, dtype=torch.float64) for r in unit_rewards]
+    tensors = [torch.tensor(r, dtype=torch.float64, device="cpu") for r in unit_rewards]
     stds = [float(group_std(t)) for t in tensors]
     batch_std = None
     if scale_rewards == "batch":
-        flat = torch.cat(tensors) if tensors else torch.zeros(0, dtype=torch.float64)
+        flat = torch.cat(tensors) if tensors else torch.zeros(0, dtype=torch.float64, device="cpu")
         batch_std = float(group_std(flat))
     out = []
     for t, std in zip(tensors, stds, strict=True):

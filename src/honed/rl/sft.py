@@ -68,7 +68,8 @@ def _batch(
         pad_id,
     )
     width = batch.completion_width
-    return batch, torch.tensor([w + [0.0] * (width - len(w)) for w in weights])
+    rows = [w + [0.0] * (width - len(w)) for w in weights]
+    return batch, torch.tensor(rows, device="cpu")
 
 
 def run_sft(
@@ -93,6 +94,7 @@ def run_sft(
             order += fresh
         idx, order = order[: sft.batch_size], order[sft.batch_size :]
         batch, weights = _batch([pool[i] for i in idx], policy.pad_id, sft.prompt_loss_weight)
+        weights = weights.to(policy.device)
         logp = score(policy.model, batch).logprobs
         loss = -(logp * weights).sum() / weights.sum()
         optimizer.zero_grad(set_to_none=True)

@@ -28,13 +28,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field, replace
 
 import torch
+from torch.distributed.tensor import DTensor
 from transformers import PreTrainedModel
 
 from honed.config import TrainerConfig
+from honed.distributed.learner import LearnerGroup
 from honed.models.dropout import dropout_active
+from honed.models.lora import AdapterFreeReference
 from honed.models.policy import Policy
 from honed.models.scoring import ScoreBatch, build_batch, score
 from honed.rewards.units import group_units, unit_rewards
@@ -59,6 +63,7 @@ class TrainSequence:
     old_logprobs: list[float]
     advantage: float
     off_policy: bool = False
+    group: int = 0  # the index of its group among the step's groups
 
 
 @dataclass
@@ -70,6 +75,8 @@ class Prepared:
     group_stds: list[float]
     zero_std: list[bool]
     metrics: dict[str, float] = field(default_factory=dict)
+    # per group (all of them, kept or not), the advantage of each reward unit
+    advantages: list[list[float]] = field(default_factory=list)
 
 
 def unit_signal(
@@ -133,7 +140,9 @@ def prepare(
     zero = [s < settings.zero_std_tolerance for s in stds]
     sequences: list[TrainSequence] = []
     kept: list[Group] = []
-    for group, adv, is_zero, off in zip(groups, advantages, zero, off_policy, strict=True):
+    for index, (group, adv, is_zero, off) in enumerate(
+        zip(groups, advantages, zero, off_policy, strict=True)
+    ):
         if is_zero and settings.filter_zero_std:
             continue
         kept.append(group)
@@ -154,6 +163,7 @@ def prepare(
                         seg.logprobs,
                         float(a),
                         off,
+                        index,
                     )
                 )
     metrics = {
@@ -161,15 +171,18 @@ def prepare(
         "groups/trained": float(len(kept)),
         "groups/filtered": float(len(groups) - len(kept)),
     }
-    return Prepared(sequences, kept, stds, zero, metrics)
+    return Prepared(sequences, kept, stds, zero, metrics, advantages)
 
 
-def _pad(rows: list[list[float]], width: int, dtype=torch.float32) -> torch.Tensor:
-    out = torch.zeros((len(rows), width), dtype=dtype)
+def _pad(
+    rows: list[list[float]], width: int, device: torch.device, dtype=torch.float32
+) -> torch.Tensor:
+    """Rows right-padded with 0 to `width`, built on the CPU and moved to `device` at once."""
+    out = torch.zeros((len(rows), width), dtype=dtype, device="cpu")
     for i, r in enumerate(rows):
         if r:
-            out[i, : len(r)] = torch.as_tensor(r[:width], dtype=dtype)
-    return out
+            out[i, : len(r)] = torch.as_tensor(r[:width], dtype=dtype, device="cpu")
+    return out.to(device)
 
 
 @dataclass
@@ -181,6 +194,13 @@ class _MicroBatch:
     ref: torch.Tensor | None
 
 
+def _scope(target: torch.nn.Module | AdapterFreeReference) -> AbstractContextManager:
+    """The model to score with: `target` itself, or the policy with its adapters off."""
+    if isinstance(target, AdapterFreeReference):
+        return target.scope()
+    return nullcontext(target)
+
+
 class PolicyUpdate:
     """The GRPO optimizer step: clipped surrogate (+ β·KL), global normaliser, micro-batches."""
 
@@ -190,9 +210,17 @@ class PolicyUpdate:
         optimizer: torch.optim.Optimizer,
         scheduler: torch.optim.lr_scheduler.LRScheduler,
         settings: TrainerConfig,
-        reference: PreTrainedModel | None = None,
+        reference: PreTrainedModel | AdapterFreeReference | None = None,
         importance_sampling_cap: float = 2.0,
+        learners: LearnerGroup | None = None,
+        sharded: bool = False,
     ) -> None:
+        """`reference` is a frozen model, or with LoRA the policy's own model with its
+        adapters off (`AdapterFreeReference`). With several learner processes (`learners`),
+        each trains on its own sequences and the gradients are summed over the processes: by
+        this class (ddp), or by FSDP itself when the model is `sharded`, whose forwards are
+        collective calls: every process then runs as many micro-batches as the one with the
+        most, topped up with micro-batches of weight zero."""
         if settings.beta > 0 and reference is None:
             raise ValueError("beta > 0 needs a reference model")
         self.policy = policy
@@ -201,6 +229,8 @@ class PolicyUpdate:
         self.settings = settings
         self.reference = reference
         self.importance_sampling_cap = importance_sampling_cap
+        self.learners = learners or LearnerGroup()
+        self.sharded = sharded
 
     @property
     def kl_in_loss(self) -> bool:
@@ -210,16 +240,28 @@ class PolicyUpdate:
         size = self.settings.micro_batch_size or max(1, n)
         return [list(range(s, min(n, s + size))) for s in range(0, n, size)]
 
-    def _score(self, model: torch.nn.Module, batch: ScoreBatch) -> torch.Tensor:
+    def _score(
+        self, target: torch.nn.Module | AdapterFreeReference, batch: ScoreBatch
+    ) -> torch.Tensor:
         """Log-probs of a batch without gradient and with dropout off (π_old, π_ref)."""
-        training = model.training
-        model.eval()
-        try:
-            with torch.inference_mode():
-                logp = score(model, batch, self.settings.temperature).logprobs
-        finally:
-            model.train(training)
+        with _scope(target) as model:
+            training = model.training
+            model.eval()
+            try:
+                with torch.inference_mode():
+                    logp = score(model, batch, self.settings.temperature).logprobs
+            finally:
+                model.train(training)
         return logp.clone()
+
+    def _batch(
+        self,
+        prompts: list[list[int]],
+        completions: list[list[int]],
+        masks: list[list[int]],
+    ) -> ScoreBatch:
+        """A scoring batch on the policy's device (moved once, reused by every iteration)."""
+        return build_batch(prompts, completions, masks, self.policy.pad_id).to(self.policy.device)
 
     def reward_penalties(self, groups: list[Group]) -> list[Penalties]:
         """The KL reward penalty β·Σ_t (log π_old − log π_ref) of every segment of `groups`.
@@ -238,31 +280,51 @@ class PolicyUpdate:
         scored = [x for x in segments if x[3].completion_ids]
         for idx in self.micro_batches(len(scored)):
             chunk = [scored[i][3] for i in idx]
-            batch = build_batch(
+            batch = self._batch(
                 [s.prompt_ids for s in chunk],
                 [s.completion_ids for s in chunk],
                 [list(s.mask()) for s in chunk],
-                self.policy.pad_id,
             )
             logp = self._score(self.policy.model, batch)
             ref = self._score(self.reference, batch)
             penalty = kl_reward_penalty(logp, ref, batch.completion_mask.float(), settings.beta)
+            penalty_cpu = penalty.cpu()  # one copy from the device, not one per row
             for row, i in enumerate(idx):
                 gi, ti, si, _ = scored[i]
-                out[gi][ti][si] = float(penalty[row])
+                out[gi][ti][si] = float(penalty_cpu[row])
         return out
 
-    def step(self, sequences: list[TrainSequence]) -> dict[str, float]:
-        """Run `num_iterations` optimizer steps on the sequences; the scheduler advances once."""
+    def step(
+        self, sequences: list[TrainSequence], owned: Sequence[bool] | None = None
+    ) -> dict[str, float]:
+        """Run `num_iterations` optimizer steps on the sequences; the scheduler advances once.
+
+        `sequences` are the whole step's, on every learner process: the loss's token weights
+        (its normaliser) are computed over all of them, and this process backpropagates those
+        it `owned` (all, by default); the gradients are then summed over the processes.
+        """
         settings = self.settings
-        masks = [torch.as_tensor(s.mask, dtype=torch.float32) for s in sequences]
+        masks = [torch.as_tensor(s.mask, dtype=torch.float32, device="cpu") for s in sequences]
         weights = token_weights(masks, settings.loss_type, settings.max_completion_length)
+        # a micro-batch that trains nothing: a sequence of the step, every token weight 0
+        filler = [replace(sequences[0], mask=[0] * len(sequences[0].mask), off_policy=False)]
+        filler_weights = [torch.zeros_like(masks[0])]
+        if owned is not None:
+            mine = [i for i, own in enumerate(owned) if own]
+            sequences, weights = [sequences[i] for i in mine], [weights[i] for i in mine]
+        batches = [
+            ([sequences[i] for i in idx], [weights[i] for i in idx])
+            for idx in self.micro_batches(len(sequences))
+        ]
+        if self.sharded:
+            most = self.learners.most(len(batches), self.policy.device)
+            batches += [(filler, filler_weights)] * (most - len(batches))
         stats: dict[str, float] = {}
         # per micro-batch: the batch, π_old (the learner at the start of the step) and π_ref,
         # scored once in the first iteration and reused by later ones
         cache: dict[int, _MicroBatch] = {}
         for iteration in range(settings.num_iterations):
-            stats = self._one_step(sequences, weights, cache)
+            stats = self._one_step(batches, cache)
             stats["iterations"] = float(iteration + 1)
         stats["learning_rate"] = self.optimizer.param_groups[0]["lr"]
         self.scheduler.step()
@@ -287,11 +349,10 @@ class PolicyUpdate:
         dropout would make the update's own forward differ from it."""
         if mb in cache:
             return cache[mb], cache[mb].batch
-        batch = build_batch(
+        batch = self._batch(
             [s.prompt_ids for s in chunk],
             [s.completion_ids for s in chunk],
             [s.mask for s in chunk],
-            self.policy.pad_id,
         )
         if dropout_active(self.policy.model):
             ref = self._score(self.reference, batch) if self.kl_in_loss else None
@@ -301,18 +362,22 @@ class PolicyUpdate:
 
     def _one_step(
         self,
-        sequences: list[TrainSequence],
-        weights: list[torch.Tensor],
+        batches: list[tuple[list[TrainSequence], list[torch.Tensor]]],
         cache: dict[int, _MicroBatch],
     ) -> dict[str, float]:
+        """One optimizer step over the micro-batches (sequences and their token weights)."""
         model = self.policy.model
         model.train()
         self.optimizer.zero_grad(set_to_none=True)
         sums = dict.fromkeys(_SUMS, 0.0)
-        for mb, idx in enumerate(self.micro_batches(len(sequences))):
-            self._backward(mb, [sequences[i] for i in idx], [weights[i] for i in idx], cache, sums)
+        for mb, (chunk, weights) in enumerate(batches):
+            self._backward(mb, chunk, weights, cache, sums)
+        if self.learners.distributed:
+            self._sum_over_processes(model, sums)
         max_norm = self.settings.max_grad_norm if self.settings.max_grad_norm else math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        if isinstance(grad_norm, DTensor):  # sharded gradients: the norm of the whole
+            grad_norm = grad_norm.full_tensor()
         self.optimizer.step()
         per_tok = max(sums["tokens"], 1.0)
         off_tok = max(sums["off"], 1.0)
@@ -330,6 +395,20 @@ class PolicyUpdate:
             "is/capped_frac": sums["capped"] / off_tok,
             "is/weight_mean": sums["is_weight"] / off_tok if sums["off"] else 1.0,
         }
+
+    def _sum_over_processes(self, model: torch.nn.Module, sums: dict[str, float]) -> None:
+        """The statistics, and every trainable parameter's gradient, summed over the learner
+        processes (a process without a sequence this step contributes zeros); FSDP has summed
+        a sharded model's gradients already."""
+        params = [] if self.sharded else [p for p in model.parameters() if p.requires_grad]
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        totals = torch.tensor(
+            [sums[k] for k in _SUMS], dtype=torch.float64, device=self.policy.device
+        )
+        self.learners.sum_([p.grad for p in params] + [totals])
+        sums.update(zip(_SUMS, totals.tolist(), strict=True))
 
     def _backward(
         self,
@@ -350,14 +429,17 @@ class PolicyUpdate:
             # no dropout: this first forward is π_old itself, so the ratio is exactly 1
             ref = self._score(self.reference, batch) if self.kl_in_loss else None
             state = cache[mb] = _MicroBatch(batch, logp.detach(), ref)
-        w = torch.zeros((len(chunk), width), dtype=torch.float32)
+        device = logp.device
+        w = torch.zeros((len(chunk), width), dtype=torch.float32, device="cpu")
         for row, weight in enumerate(weights):
             w[row, : len(weight)] = weight.to(torch.float32)
-        off = torch.as_tensor([s.off_policy for s in chunk], dtype=torch.bool)[:, None]
+        w = w.to(device)
+        off = torch.as_tensor([s.off_policy for s in chunk], dtype=torch.bool, device=device)
+        advantages = [s.advantage for s in chunk]
         out = grpo_loss(
             logp,
             state.old,
-            torch.as_tensor([s.advantage for s in chunk], dtype=torch.float32),
+            torch.as_tensor(advantages, dtype=torch.float32, device=device),
             w,
             epsilon_low=settings.epsilon,
             epsilon_high=settings.clip_high,
@@ -365,8 +447,8 @@ class PolicyUpdate:
             beta=settings.beta,
             kl_estimator=settings.kl_estimator,
             kl_bias_correction=settings.use_bias_correction_kl,
-            behaviour_logp=_pad([s.old_logprobs for s in chunk], width),
-            off_policy=off & scores.mask.bool(),
+            behaviour_logp=_pad([s.old_logprobs for s in chunk], width, device),
+            off_policy=off[:, None] & scores.mask.bool(),
             importance_sampling_cap=self.importance_sampling_cap,
         )
         out.loss.backward()

@@ -1,14 +1,18 @@
 """Atomic file writes: a reader (or a crash) never sees half a file or half a checkpoint; and
 paths confined to a run directory: a run someone shared cannot make honed read, write or delete
 anything outside it through a symbolic link.
+
+Files and folders are created with the permissions every other tool's output gets, 0666 and
+0777 less the user's umask (0644 and 0755 under umask 022), not `tempfile`'s private 0600 and
+0700: a run directory is meant to be read by the team, its viewer and its CI.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +38,25 @@ def inside(root: str | Path, path: str | Path) -> Path:
     return path
 
 
+def _temporary(folder: Path, prefix: str, create: Callable[[Path], None]) -> Path:
+    """A new, unused path in `folder` made by `create` (which fails if it exists)."""
+    while True:
+        path = folder / f"{prefix}{secrets.token_hex(6)}"
+        try:
+            create(path)
+        except FileExistsError:
+            continue
+        return path
+
+
+def _new_file(path: Path) -> None:
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+
+
+def _new_dir(path: Path) -> None:
+    os.mkdir(path, 0o777)
+
+
 def atomic_write_text(path: str | Path, text: str) -> Path:
     """Write `text` (UTF-8, line endings as given) to `path` atomically; creates parent folders.
 
@@ -43,15 +66,15 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = _temporary(path.parent, f".{path.name}.tmp-", _new_file)
     try:
-        with os.fdopen(fd, "wb") as fh:
+        with tmp.open("wb") as fh:
             fh.write(text.encode("utf-8"))
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     return path
 
@@ -64,7 +87,7 @@ def atomic_write_dir(path: str | Path, fill: Callable[[Path], None]) -> None:
     """Build a directory under a temporary name beside `path`, then rename it into place."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    tmp = _temporary(path.parent, f".{path.name}.tmp-", _new_dir)
     try:
         fill(tmp)
         if path.exists():

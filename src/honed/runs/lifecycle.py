@@ -14,6 +14,11 @@ fixed once is fixed for both:
 - **steps**: a progress bar, each step's metrics to every sink (`metrics.jsonl` always), a
   checkpoint when the loop says one is due; Ctrl-C saves the state of the last finished step
   and raises `RunInterrupted`, which the command line turns into exit code 130;
+- **stops**: a loop may end the run early. Before and after each step the lifecycle asks it
+  for a reason (`stop_reason`: a budget spent, patience run out); a step that cannot finish
+  (a misbehaving server) raises `StopRun` and is abandoned. Either way the state of the last
+  finished step is what is saved, the reason is returned for the summary, and `--resume`
+  continues from there;
 - **close**: close the sinks and write `summary.json` atomically.
 """
 
@@ -47,6 +52,37 @@ class RunInterrupted(Exception):
     def __init__(self, step: int, path: Path | None, finished: bool = True) -> None:
         super().__init__(f"interrupted after step {step}")
         self.step, self.path, self.finished = step, path, finished
+
+
+class Stop(NamedTuple):
+    """Why a loop ended its run before its last step. `kind` is a short label for the summary
+    (`budget`, `patience`, `server`, ...), `reason` one line for a person; `error` marks a stop
+    the user must act on (the command then exits with code 2 once the summary is written)."""
+
+    kind: str
+    reason: str
+    error: bool = False
+
+    def to_dict(self, step: int) -> dict[str, Any]:
+        return {"kind": self.kind, "reason": self.reason, "after_step": step}
+
+
+class StopRun(Exception):
+    """Raised by a loop's `train_step` when the step cannot finish: the step is abandoned and
+    nothing it changed is saved, so the saved state stays that of the last finished step."""
+
+    def __init__(self, stop: Stop) -> None:
+        super().__init__(stop.reason)
+        self.stop = stop
+
+
+class RunStopped(HonedError):
+    """A run that stopped on an error `Stop`, its state saved; the message says how to go on."""
+
+    def __init__(self, stop: Stop, step: int, path: Path | None) -> None:
+        saved = f"the state after step {step} is saved in {path}" if path else "nothing saved"
+        super().__init__(f"{stop.reason}; {saved}: continue with --resume once it is fixed")
+        self.stop, self.step, self.path = stop, step, path
 
 
 class Change(NamedTuple):
@@ -124,6 +160,9 @@ class Loop(Protocol):
     def describe(self, record: dict[str, Any]) -> str:
         """The progress bar's text after a step."""
 
+    # Optional: `stop_reason() -> Stop | None`, asked before and after every step; a loop
+    # without it runs to its end.
+
 
 class RunLifecycle:
     """One run directory through open → (resume) → steps → close, for either loop."""
@@ -165,30 +204,47 @@ class RunLifecycle:
         assert self.sinks is not None, "start() opens the sinks"
         self.sinks.log(step, dict(metrics))
 
-    def steps(self, loop: Loop, label: str, total: int) -> None:
-        """Run the loop's steps under a progress bar, logging and checkpointing each.
+    def steps(self, loop: Loop, label: str, total: int) -> Stop | None:
+        """Run the loop's steps under a progress bar, logging and checkpointing each; the
+        `Stop` that ended the run early, or None when it ran to its end.
 
         A first Ctrl-C lets the step under way finish, saves its state and raises
         `RunInterrupted`: a step cut in the middle would leave the sampler, the optimizer or
         the edit budget advanced past what was saved. A second Ctrl-C stops at once, saving
-        nothing; the run then resumes from its last saved state.
+        nothing; the run then resumes from its last saved state. A stop the loop asks for is
+        taken after the step's state is saved; a `StopRun` abandons the step, unsaved. A loop
+        with `agree_to_stop` (several learner processes) stops when any of its processes was
+        asked to.
         """
+        stop_reason: Callable[[], Stop | None] = getattr(loop, "stop_reason", lambda: None)
+        agree = getattr(loop, "agree_to_stop", None)  # several processes stop together
+        halt, stopping = None, False
         with _deferred_interrupt(self.reporter) as stop:
             try:
                 with self.reporter.task(label, total, start=loop.step) as advance:
-                    while not loop.done() and not stop.requested:
-                        record = loop.train_step()
+                    halt = None if loop.done() else stop_reason()
+                    while halt is None and not loop.done() and not stopping:
+                        try:
+                            record = loop.train_step()
+                        except StopRun as exc:
+                            halt = exc.stop
+                            break
                         loop.after_step(record)
                         self.log(loop.step, record)
-                        if loop.checkpoint_due() or stop.requested:
+                        halt = None if loop.done() else stop_reason()
+                        stopping = agree(stop.requested) if agree else stop.requested
+                        if loop.checkpoint_due() or stopping or halt is not None:
                             loop.save()
                         advance(loop.describe(record))
             except KeyboardInterrupt:
                 self.close_sinks()
                 raise RunInterrupted(loop.step, loop.saved(), finished=False) from None
-        if stop.requested:
+        if stopping:
             self.close_sinks()
             raise RunInterrupted(loop.step, loop.saved())
+        if halt is not None:
+            self.reporter.note(f"stopped after step {loop.step}: {halt.reason}")
+        return halt
 
     def close_sinks(self) -> None:
         if self.sinks is not None:

@@ -3,6 +3,7 @@
 config.yaml        the resolved config (every default spelled out)
 metrics.jsonl      one JSON object per step
 samples.jsonl      a few prompts / completions / rewards per step
+rollouts/          step_NNNNNN.json: a bounded sample of each step's groups (`runs/rollouts.py`)
 checkpoints/       step_N/ (a Hugging Face model directory + trainer_state.pt), warmstart/
 summary.json       initial_eval, final_eval, timings
 reward.png         reward per step
@@ -16,6 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from honed.runs import rollouts
 from honed.runs.files import atomic_write_json, atomic_write_text, inside
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -45,6 +47,19 @@ class RunDir:
         return self.file("samples.jsonl")
 
     @property
+    def rollouts_dir(self) -> Path:
+        return self.file(rollouts.FOLDER)
+
+    def rollouts_path(self, step: int) -> Path:
+        return self.file(rollouts.FOLDER, rollouts.step_file(step))
+
+    def write_rollouts(self, record: dict[str, Any], max_bytes: int) -> None:
+        """A step's rollout sample (`runs/rollouts.py`), atomically, within `max_bytes`: the one
+        place it is written, so a run directory that writes nothing (as `append` writes
+        nothing for learner processes other than rank 0) overrides this too."""
+        rollouts.write_step(self.rollouts_path(int(record["step"])), record, max_bytes)
+
+    @property
     def summary_path(self) -> Path:
         return self.file("summary.json")
 
@@ -66,6 +81,7 @@ class RunDir:
         "config.yaml",
         "metrics.jsonl",
         "samples.jsonl",
+        rollouts.FOLDER,
         "summary.json",
         "checkpoints",
         "reward.png",
@@ -114,6 +130,11 @@ class RunDir:
                 else []
             )
             atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
+        if self.rollouts_dir.is_dir():
+            for child in self.rollouts_dir.iterdir():
+                step = rollouts.step_of(child.name)
+                if step is not None and (not keep_start or step > last_step):
+                    child.unlink()  # a link is removed itself, never what it points to
 
     # ------------------------------------------------------------ checkpoints
 
@@ -145,3 +166,29 @@ class RunDir:
         if not self.summary_path.exists():
             return {}
         return json.loads(self.summary_path.read_text())
+
+
+class ReadOnlyRunDir(RunDir):
+    """A run directory as the learner processes other than rank 0 see it: they read it (the
+    checkpoint to resume from) and write nothing, since rank 0 writes everything once."""
+
+    def create(self) -> None:
+        self.check()
+
+    def write_config(self, text: str) -> None:
+        pass
+
+    def append(self, path: Path, record: dict[str, Any]) -> None:
+        pass
+
+    def write_rollouts(self, record: dict[str, Any], max_bytes: int) -> None:
+        pass
+
+    def truncate_logs(self, last_step: int, keep_start: bool = True) -> None:
+        pass
+
+    def prune(self, keep_last: int) -> None:
+        pass
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        pass

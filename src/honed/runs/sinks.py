@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from typing import Any, Protocol
 
 from honed.config import LoggingConfig
@@ -40,11 +41,16 @@ def _finite(metrics: dict[str, Any]) -> dict[str, float]:
 
 
 class JsonlSink:
+    """`metrics.jsonl`: one object per log call, with the step and the wall-clock `time` (Unix
+    seconds) it was logged at, the axis `honed view` plots wall time on."""
+
     def __init__(self, run: RunDir) -> None:
         self.run = run
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
-        self.run.append(self.run.metrics_path, {"step": step, **metrics})
+        self.run.append(
+            self.run.metrics_path, {"step": step, "time": round(time.time(), 3), **metrics}
+        )
 
     def close(self) -> None:
         pass
@@ -146,3 +152,10 @@ class Sinks:
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()
+
+
+class NoSinks(Sinks):
+    """Where a learner process other than rank 0 logs: nowhere (rank 0 logs the step)."""
+
+    def __init__(self) -> None:
+        self.sinks = []

@@ -7,17 +7,19 @@ Environments are configured exactly as for GRPO (`honed.config.EnvConfig`); the 
 attempts and proposes edits) are `honed.models.chat.ChatModelConfig`s.
 
 `reflector` and `edit_budget` were called `optimizer` and `schedule` before; the old keys still
-load, with a deprecation warning (`SkillsConfig._renamed`).
+load, with a deprecation warning (`SkillsConfig._renamed`), and messages about them name the key
+as the user's config spells it (`SkillsConfig.key`).
 """
 
 from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, ValidatorFunctionWrapHandler, model_validator
 
 from honed.config import (
     CurriculumConfig,
@@ -53,6 +55,11 @@ class SkillConfig(Strict):
 
     init: str = ""
     preamble: str = DEFAULT_PREAMBLE
+    # a candidate longer than this is rejected before the gate: the target must still have room
+    # for the task in its context, and a run must not die on the next call's HTTP 400
+    max_chars: int = Field(20_000, ge=1)
+    # an edit whose content is longer than this is skipped (apply_report.json says why)
+    max_edit_chars: int = Field(2_000, ge=1)
 
     def initial_text(self) -> str:
         init = self.init
@@ -85,6 +92,13 @@ class TrainConfig(Strict):
     max_steps: int | None = Field(None, ge=1)
     merge: Literal["deterministic", "llm"] = "deterministic"
     rank: Literal["llm", "deterministic"] = "llm"
+    # the target's replies (and reasoning) shown to the reflector are cut to this many
+    # characters: head, a marker saying how much was left out, tail
+    max_evidence_chars: int = Field(2_000, ge=100)
+    # show the reflector the target's reasoning (a reasoning model's thinking) too
+    show_reasoning: bool = False
+    # stop after this many steps in a row without an accepted candidate (None: never)
+    patience: int | None = Field(None, ge=1)
 
 
 class EditBudgetConfig(Strict):
@@ -162,6 +176,32 @@ class SkillEvalConfig(Strict):
     num_items: int | None = Field(None, ge=1)
 
 
+class TargetConfig(ChatModelConfig):
+    """The chat model that reads the skill and answers. A step in which more than
+    `max_failed_fraction` of its replies failed (no usable reply after the retries) stops the
+    run, state saved: the server is misbehaving, and `--resume` goes on once it is fixed."""
+
+    max_failed_fraction: float = Field(0.2, ge=0, le=1)
+
+
+class ReflectorConfig(ChatModelConfig):
+    """The chat model that reflects, merges, ranks and consolidates. With `max_prompt_tokens`,
+    a reflection prompt that would be longer (by the client's estimate) shows fewer attempts."""
+
+    max_prompt_tokens: int | None = Field(None, ge=1)
+
+
+class BudgetConfig(Strict):
+    """Caps on what a run spends, over both models and every stage, resumed runs included
+    (`None`: no cap). When one is reached the run stops after the step under way, its state
+    saved; `--resume` with a larger budget continues. `max_usd` needs a `price` for both models.
+    `max_requests` counts completions received (retried attempts that got none are free)."""
+
+    max_tokens: int | None = Field(None, ge=1)
+    max_requests: int | None = Field(None, ge=1)
+    max_usd: float | None = Field(None, gt=0)
+
+
 # Keys renamed since earlier honed versions (old -> new); the old ones still load, with a warning.
 RENAMED_KEYS = {"optimizer": "reflector", "schedule": "edit_budget"}
 
@@ -183,23 +223,48 @@ class SkillsConfig(Strict):
     run_dir: str | None = None
     envs: list[EnvConfig]
     curriculum: CurriculumConfig = CurriculumConfig()
-    target: ChatModelConfig
-    reflector: ChatModelConfig
+    target: TargetConfig
+    reflector: ReflectorConfig
     skill: SkillConfig = SkillConfig()
     train: TrainConfig = TrainConfig()
     edit_budget: EditBudgetConfig = EditBudgetConfig()
     gate: GateConfig = GateConfig()
     consolidation: ConsolidationConfig = ConsolidationConfig()
     eval: SkillEvalConfig = SkillEvalConfig()
+    budget: BudgetConfig = BudgetConfig()
     # metric sinks, as for GRPO: each step's record goes to metrics.jsonl, and to TensorBoard,
     # W&B or MLflow when on (`samples_per_step` is GRPO's only)
     logging: LoggingConfig = LoggingConfig()
 
-    @model_validator(mode="before")
+    # the sections this config named by their old names (new name -> old name)
+    _old_names: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
     @classmethod
-    def _renamed(cls, data: Any) -> Any:
-        """`optimizer` and `schedule`, the keys' names before, still load (with a warning)."""
-        return renamed_keys(data, RENAMED_KEYS)
+    def _renamed(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> SkillsConfig:
+        """`optimizer` and `schedule`, the keys' names before, still load (with a warning), and
+        the config remembers which it used, so messages can name them as the user wrote them."""
+        used = {}
+        if isinstance(data, Mapping):
+            used = {new: old for old, new in RENAMED_KEYS.items() if old in data}
+        config = handler(renamed_keys(data, RENAMED_KEYS))
+        config._old_names = {**config._old_names, **used}
+        return config
+
+    def __eq__(self, other: object) -> bool:
+        """Equal settings, however the sections were named."""
+        if not isinstance(other, SkillsConfig):
+            return NotImplemented
+        return self.model_dump() == other.model_dump()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as pydantic models are
+
+    def key(self, dotted: str) -> str:
+        """A setting's key as this config spells it: `reflector.max_tokens`, or
+        `optimizer.max_tokens (now reflector.max_tokens)` in a config that used the old name."""
+        section, dot, rest = dotted.partition(".")
+        old = self._old_names.get(section)
+        return dotted if old is None else f"{old}{dot}{rest} (now {dotted})"
 
     @property
     def optimizer(self) -> ChatModelConfig:
@@ -216,6 +281,14 @@ class SkillsConfig(Strict):
     @model_validator(mode="after")
     def _consistent(self) -> SkillsConfig:
         check_envs(self.envs)
+        if self.budget.max_usd is not None:
+            unpriced = [n for n in ("target", "reflector") if getattr(self, n).price is None]
+            if unpriced:
+                raise ValueError(
+                    f"budget.max_usd needs a price for each model: set "
+                    f"{' and '.join(f'{n}.price' for n in unpriced)} (USD per million tokens, "
+                    "e.g. {input: 0.15, output: 0.6})"
+                )
         try:  # the scheduler's own checks, with its own messages; the run's length comes later
             self.edit_budget.build(run_steps=10**9)
         except ValueError as exc:

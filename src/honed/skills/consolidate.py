@@ -15,11 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from honed.errors import HonedError
-from honed.models.chat import ChatClient
+from honed.models.chat import ChatFailure
 from honed.skills.document import SkillDocument
 from honed.skills.merge import reply_json
 from honed.skills.prompts import render
+from honed.skills.reflect import DEFAULT_EVIDENCE, Evidence, cut_evidence
+from honed.skills.reflector import Reflector
 from honed.skills.rollout import Rollout
 
 OUTCOMES = ("improved", "regressed", "persistent_failure", "stable_success")
@@ -29,9 +30,12 @@ EXAMPLES_PER_OUTCOME = 5
 def classify(
     before: Sequence[Rollout], after: Sequence[Rollout]
 ) -> dict[str, list[tuple[Rollout, Rollout]]]:
-    """Pairs of (start-of-epoch, current) rollouts of the same items, by outcome."""
+    """Pairs of (start-of-epoch, current) rollouts of the same items, by outcome; an item either
+    skill got no answer for is left out."""
     out: dict[str, list[tuple[Rollout, Rollout]]] = {name: [] for name in OUTCOMES}
     for b, a in zip(before, after, strict=True):
+        if not (b.answered and a.answered):
+            continue
         if b.failed and not a.failed:
             out["improved"].append((b, a))
         elif not b.failed and a.failed:
@@ -43,16 +47,23 @@ def classify(
     return out
 
 
-def _render_outcomes(classes: dict[str, list[tuple[Rollout, Rollout]]]) -> str:
+def _render_outcomes(classes: dict[str, list[tuple[Rollout, Rollout]]], evidence: Evidence) -> str:
     lines = [
         ", ".join(f"{name.replace('_', ' ')}: {len(pairs)}" for name, pairs in classes.items())
     ]
+
+    def shown(r: Rollout) -> str:
+        reasoning = ""
+        if evidence.show_reasoning and r.reasoning:
+            reasoning = f"(reasoning: {cut_evidence(r.reasoning, evidence.max_chars)})\n"
+        return f"{reasoning}{cut_evidence(r.reply, evidence.max_chars)}"
+
     for name in ("improved", "regressed", "persistent_failure"):
         for b, a in classes[name][:EXAMPLES_PER_OUTCOME]:
             expected = "" if a.expected is None else f"\nExpected answer: {a.expected}"
             lines.append(
                 f"\n### {name.replace('_', ' ')}\nTask:\n{a.prompt}\n\nReply at the start of "
-                f"the epoch:\n{b.reply}\n\nReply now:\n{a.reply}{expected}"
+                f"the epoch:\n{shown(b)}\n\nReply now:\n{shown(a)}{expected}"
             )
     return "\n".join(lines)
 
@@ -70,30 +81,40 @@ class Consolidation:
         return {"counts": self.counts, "problems": self.problems, "reply": self.reply}
 
 
-def propose(
-    client: ChatClient,
+def consolidation_prompt(
     skill: SkillDocument,
     region: str,
-    before: Sequence[Rollout],
-    after: Sequence[Rollout],
-) -> Consolidation:
-    """Ask the reflector for new guidance and write it into `region` (created if missing)."""
-    classes = classify(before, after)
-    counts = {name: len(pairs) for name, pairs in classes.items()}
+    classes: dict[str, list[tuple[Rollout, Rollout]]],
+    evidence: Evidence = DEFAULT_EVIDENCE,
+) -> str:
     try:
         guidance = skill.region(region).content.strip() or "(empty)"
     except KeyError:
         guidance = "(the region does not exist yet; it will be added at the end of the skill)"
-    prompt = render(
+    return render(
         "consolidate",
         region=region,
         skill=skill.text.strip() or "(the skill is empty)",
         guidance=guidance,
-        outcomes=_render_outcomes(classes),
+        outcomes=_render_outcomes(classes, evidence),
     )
+
+
+def propose(
+    reflector: Reflector,
+    skill: SkillDocument,
+    region: str,
+    before: Sequence[Rollout],
+    after: Sequence[Rollout],
+    evidence: Evidence = DEFAULT_EVIDENCE,
+) -> Consolidation:
+    """Ask the reflector for new guidance and write it into `region` (created if missing)."""
+    classes = classify(before, after)
+    counts = {name: len(pairs) for name, pairs in classes.items()}
+    prompt = consolidation_prompt(skill, region, classes, evidence)
     try:
-        reply = client.chat([{"role": "user", "content": prompt}], stage="consolidate")
-    except HonedError as exc:
+        reply = reflector.ask(prompt, "consolidate")
+    except ChatFailure as exc:
         return Consolidation(None, counts, [str(exc)])
     data = reply_json(reply)
     content = data.get("guidance") if isinstance(data, dict) else None

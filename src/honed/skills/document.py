@@ -213,12 +213,13 @@ class SkillDocument:
         raise KeyError(f"no protected region '{name}' (regions: {names})")
 
     def apply_edits(
-        self, edits: Iterable[Edit | Mapping[str, Any]]
+        self, edits: Iterable[Edit | Mapping[str, Any]], max_edit_chars: int | None = None
     ) -> tuple[SkillDocument, ApplyReport]:
         """Apply edits in order; the new document and one outcome per edit.
 
         Edits may be `Edit`s or raw mappings straight from JSON; a malformed one is skipped with
-        its reason, never raised.
+        its reason, never raised, and so is one whose content is longer than `max_edit_chars`
+        (`skill.max_edit_chars`: a runaway reply must not become a runaway skill).
         """
         text, report = self.text, ApplyReport()
         for index, raw in enumerate(edits, start=1):
@@ -231,6 +232,11 @@ class SkillDocument:
             )
             try:
                 edit = Edit.from_raw(raw)
+                if max_edit_chars is not None and len(edit.content) > max_edit_chars:
+                    raise _Skip(
+                        f"content is {len(edit.content)} characters, more than "
+                        f"skill.max_edit_chars ({max_edit_chars})"
+                    )
                 text, note = self._apply_one(text, edit)
             except (InvalidEdit, _Skip) as exc:
                 label = op if isinstance(op, str) else repr(op)

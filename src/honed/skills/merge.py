@@ -5,8 +5,11 @@ whitespace and case (same op, target and content) become one, whose `support_cou
 number of minibatches that proposed it (`from_failures` / `from_successes` split it by source).
 With `train.merge: llm` the reflector then combines near-duplicates and resolves conflicts in
 one call; each merged edit names the pool ids it stands for (`sources`) and its support is the
-sum of theirs. An LLM merge may shrink the pool, never grow it; if its reply is unusable the
-deterministic pool is kept and the reason recorded. (The original merged hierarchically in LLM
+sum of theirs. An LLM merge may shrink the pool, never grow it, and never invent: a merged edit
+that names no proposal, targets text none of its proposals targets, or whose content is not
+mostly (`MIN_WORDS_FROM_SOURCES`) made of its proposals' words is dropped and counted
+(`MergeResult.dropped`). If its reply is unusable the deterministic pool is kept and the reason
+recorded. (The original merged hierarchically in LLM
 calls of eight; one call over a deduplicated pool is cheaper and cannot loop.)
 
 **Rank.** When the pool holds more edits than the step's budget (or the edit budget is
@@ -22,16 +25,17 @@ pool by `clamp_autonomous`; without a usable `keep` the whole pool is kept.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from honed.errors import HonedError
-from honed.models.chat import ChatClient
+from honed.models.chat import ChatFailure
 from honed.skills.document import SkillDocument
-from honed.skills.edits import Edit, decode_json, parse_edits
+from honed.skills.edits import NEEDS_TARGET, Edit, decode_json, parse_edits
 from honed.skills.prompts import render
 from honed.skills.reflect import FAILURE, Reflection
+from honed.skills.reflector import Reflector
 from honed.skills.schedule import clamp_autonomous
 
 
@@ -112,53 +116,135 @@ class MergeResult:
     method: str  # "deterministic", "llm", or "deterministic (llm merge failed)"
     problems: list[str] = field(default_factory=list)
     reply: str | None = None
+    # merged edits that did not come from the proposals they named: the edit and why
+    dropped: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "method": self.method,
             "problems": self.problems,
             "edits": [e.to_dict() for e in self.pool],
+            "dropped": self.dropped,
             "reply": self.reply,
         }
 
 
-def llm_merge(client: ChatClient, skill: SkillDocument, pool: list[PoolEdit]) -> MergeResult:
-    """One reflector call that merges near-duplicates; the deterministic pool on failure."""
-    if len(pool) < 2:
-        return MergeResult(pool, "deterministic (nothing to merge)")
-    prompt = render(
+# A merged edit's content must take at least this share of its words from the proposals it
+# names: merging rewords and shortens, it does not add ideas no reflection had. Words are
+# compared lower-cased without a plural `s`, and the glue words below do not count (negations
+# do: they change what a rule says).
+MIN_WORDS_FROM_SOURCES = 0.8
+_WORD = re.compile(r"\w+")
+_GLUE = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "and",
+        "or",
+        "of",
+        "to",
+        "in",
+        "on",
+        "for",
+        "with",
+        "is",
+        "are",
+        "be",
+        "it",
+        "its",
+        "this",
+        "that",
+        "these",
+        "those",
+        "as",
+        "by",
+        "at",
+        "from",
+        "into",
+        "then",
+        "than",
+        "so",
+        "also",
+        "both",
+        "each",
+    ]
+)
+
+
+def _words(text: str) -> list[str]:
+    words = (w for w in _WORD.findall(text.lower()) if w not in _GLUE)
+    return [w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w for w in words]
+
+
+def provenance_problem(edit: Edit, parts: Sequence[PoolEdit]) -> str | None:
+    """Why `edit`, merged from `parts`, does not come from them (None when it does)."""
+    if not parts:
+        return "it names no proposed edit it merges (sources)"
+    if edit.op in NEEDS_TARGET:
+        targets = {_identity(p.edit)[1] for p in parts}
+        if " ".join(edit.target.split()).lower() not in targets:
+            return "its target is not the target of any edit it merges"
+    words = _words(edit.content)
+    if words:
+        known = {w for p in parts for w in _words(p.edit.content)}
+        share = sum(w in known for w in words) / len(words)
+        if share < MIN_WORDS_FROM_SOURCES:
+            return (
+                f"only {share:.0%} of its words come from the edits it merges (at least "
+                f"{MIN_WORDS_FROM_SOURCES:.0%} must)"
+            )
+    return None
+
+
+def merge_prompt(skill: SkillDocument, pool: Sequence[PoolEdit]) -> str:
+    return render(
         "merge",
         skill=skill.text.strip() or "(the skill is empty)",
         edits=render_pool(pool),
         pool_size=str(len(pool)),
     )
+
+
+def llm_merge(reflector: Reflector, skill: SkillDocument, pool: list[PoolEdit]) -> MergeResult:
+    """One reflector call that merges near-duplicates; the deterministic pool on failure."""
+    if len(pool) < 2:
+        return MergeResult(pool, "deterministic (nothing to merge)")
+    prompt = merge_prompt(skill, pool)
     try:
-        reply = client.chat([{"role": "user", "content": prompt}], stage="merge")
-    except HonedError as exc:
+        reply = reflector.ask(prompt, "merge")
+    except ChatFailure as exc:
         return MergeResult(pool, "deterministic (llm merge failed)", [str(exc)])
     parsed = parse_edits(reply)
     problems = list(parsed.problems)
     merged: list[PoolEdit] = []
-    for position, edit in enumerate(parsed.edits, start=1):
+    dropped: list[dict[str, Any]] = []
+    for edit in parsed.edits:
         ids = _valid_ids(edit.meta.get("sources"), len(pool))
         parts = [pool[i - 1] for i in ids]
+        problem = provenance_problem(edit, parts)
+        if problem is not None:
+            dropped.append({"edit": edit.to_dict(), "reason": problem})
+            continue
         meta = {k: v for k, v in edit.meta.items() if k != "sources"}
         merged.append(
             PoolEdit(
                 Edit(edit.op, edit.target, edit.content, meta),
-                support_count=sum(p.support_count for p in parts) or 1,
+                support_count=sum(p.support_count for p in parts),
                 from_failures=sum(p.from_failures for p in parts),
                 from_successes=sum(p.from_successes for p in parts),
-                first_seen=min((p.first_seen for p in parts), default=position),
+                first_seen=min(p.first_seen for p in parts),
             )
         )
+    if dropped:
+        problems.append(f"dropped {len(dropped)} merged edit(s) that no proposal supports")
     if not merged:
         problems.append("the merge reply held no usable edit")
-        return MergeResult(pool, "deterministic (llm merge failed)", problems, reply)
+        return MergeResult(pool, "deterministic (llm merge failed)", problems, reply, dropped)
     if len(merged) > len(pool):
         problems.append(f"kept the first {len(pool)} of {len(merged)} merged edits")
         merged = merged[: len(pool)]
-    return MergeResult(merged, "llm", problems, reply)
+    return MergeResult(merged, "llm", problems, reply, dropped)
 
 
 def reply_json(reply: str) -> Any:
@@ -212,7 +298,7 @@ class Ranking:
 
 
 def rank(
-    client: ChatClient,
+    reflector: Reflector,
     skill: SkillDocument,
     pool: list[PoolEdit],
     budget: int,
@@ -231,10 +317,10 @@ def rank(
         return Ranking(fallback, 0, "deterministic (the budget is 0)")
     if not autonomous and len(pool) <= budget:
         return Ranking(fallback, cap, "deterministic (the budget covers the whole pool)")
-    prompt = _rank_prompt(skill, pool, budget, autonomous)
+    prompt = rank_prompt(skill, pool, budget, autonomous)
     try:
-        reply = client.chat([{"role": "user", "content": prompt}], stage="rank")
-    except HonedError as exc:
+        reply = reflector.ask(prompt, "rank")
+    except ChatFailure as exc:
         return Ranking(fallback, cap, "deterministic (llm ranking failed)", [str(exc)])
     data = reply_json(reply)
     if isinstance(data, list):
@@ -258,7 +344,9 @@ def rank(
     return Ranking(ranked, keep, "llm", problems, reply, requested)
 
 
-def _rank_prompt(skill: SkillDocument, pool: list[PoolEdit], budget: int, autonomous: bool) -> str:
+def rank_prompt(
+    skill: SkillDocument, pool: Sequence[PoolEdit], budget: int, autonomous: bool
+) -> str:
     if autonomous:
         instruction = (
             "Order them from most to least likely to improve the agent's results, and decide "

@@ -9,9 +9,15 @@ The reflector also sees the epoch's *step buffer*: the patterns found at earlier
 edits the gate rejected, with the scores before and after. It is what keeps later reflections
 from proposing the same harmful edit again; it is cleared at every epoch boundary.
 
-A reply that is not usable JSON costs that minibatch's proposals, never the run: the reasons are
+A reply that is not usable JSON, or a call that failed (retries spent, an empty reply, a reply
+cut at `max_tokens` twice), costs that minibatch's proposals, never the run: the reasons are
 recorded in the step's `proposed_edits.json`. Each reply's edits are cut to `max_edits` (the
 edit budget's `max_lr`), the original's first cap on the edit budget.
+
+The reflector reads the target's replies cut to `train.max_evidence_chars` (head, a marker
+saying how much was left out, tail): one runaway reply must not fill its context. With
+`reflector.max_prompt_tokens`, a minibatch whose prompt would be longer shows fewer attempts
+(`Reflection.left_out` says how many were left out).
 """
 
 from __future__ import annotations
@@ -22,10 +28,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from honed.models.chat import ChatClient
+from honed.models.chat import ChatFailure
 from honed.skills.document import SkillDocument
 from honed.skills.edits import Edit, parse_edits
 from honed.skills.prompts import render
+from honed.skills.reflector import Reflector
 from honed.skills.rollout import Rollout
 
 FAILURE, SUCCESS = "failure", "success"
@@ -42,9 +49,10 @@ def minibatches(
 ) -> list[Minibatch]:
     """Failures, then (unless `failure_only`) successes, each shuffled and cut into `size`s.
 
-    An item drawn twice in a batch is reflected on once.
+    An item drawn twice in a batch is reflected on once; an item without an answer (its request
+    failed) is not reflected on.
     """
-    unique = list({(r.env, r.item_key): r for r in rollouts}.values())
+    unique = list({(r.env, r.item_key): r for r in rollouts if r.answered}.values())
     out = []
     groups = [(FAILURE, [r for r in unique if r.failed])]
     if not failure_only:
@@ -68,8 +76,9 @@ class StepBuffer:
                 self.patterns.append({"step": step, "source": r.source, "summary": r.summary})
 
     def add_rejected(
-        self, step: int, edits: Sequence[Edit], before: float, after: float, reason: str
+        self, step: int, edits: Sequence[Edit], before: float, after: float | None, reason: str
     ) -> None:
+        """Edits the step's candidate held; `after` is None when it never reached the gate."""
         self.rejected.append(
             {
                 "step": step,
@@ -96,10 +105,16 @@ class StepBuffer:
                 lines.append("")
             lines.append("Edits the gate rejected (the skill was left unchanged):")
             for r in self.rejected:
-                lines.append(
-                    f"- step {r['step']}: score {r['score_before']:.4f} -> "
-                    f"{r['score_after']:.4f} with these edits applied together:"
-                )
+                if r["score_after"] is None:
+                    lines.append(
+                        f"- step {r['step']}: rejected before the gate ({r['reason']}) with "
+                        "these edits applied together:"
+                    )
+                else:
+                    lines.append(
+                        f"- step {r['step']}: score {r['score_before']:.4f} -> "
+                        f"{r['score_after']:.4f} with these edits applied together:"
+                    )
                 lines += [f"    {json.dumps(e, ensure_ascii=False)}" for e in r["edits"]]
         return "\n".join(lines)
 
@@ -113,7 +128,9 @@ class StepBuffer:
 
 @dataclass
 class Reflection:
-    """One minibatch's reflection: the edits it proposed and whatever had to be dropped."""
+    """One minibatch's reflection: the edits it proposed and whatever had to be dropped.
+    `error` says why there was no reply at all (the call failed); `left_out` counts the
+    minibatch's attempts not shown to keep the prompt under `reflector.max_prompt_tokens`."""
 
     source: str
     item_keys: list[str]
@@ -121,6 +138,8 @@ class Reflection:
     edits: list[Edit]
     problems: list[str]
     reply: str
+    error: str | None = None
+    left_out: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -130,32 +149,69 @@ class Reflection:
             "edits": [e.to_dict() for e in self.edits],
             "problems": self.problems,
             "reply": self.reply,
+            "error": self.error,
+            "left_out": self.left_out,
         }
 
 
-def render_traces(rollouts: Sequence[Rollout]) -> str:
-    """The attempts as the reflector reads them: whole prompts and replies, not truncated."""
+@dataclass(frozen=True)
+class Evidence:
+    """How the target's attempts are shown to the reflector: each reply (and reasoning, shown
+    only with `show_reasoning`) cut to `max_chars`."""
+
+    max_chars: int = 2_000
+    show_reasoning: bool = False
+
+
+DEFAULT_EVIDENCE = Evidence()
+
+
+def cut_evidence(text: str, max_chars: int) -> str:
+    """`text` if it is at most `max_chars` long, else its head and tail around a marker that
+    says how many characters were left out, all within `max_chars` (the head and tail alone
+    when the limit leaves no room for the marker)."""
+    if len(text) <= max_chars:
+        return text
+    marker = f"\n[... {len(text)} characters left out ...]\n"  # the longest it can be
+    keep = max(max_chars - len(marker), 0)
+    head, tail = keep - keep // 2, keep // 2
+    left_out = len(text) - head - tail
+    if keep == 0:
+        return text[:max_chars]
+    return f"{text[:head]}\n[... {left_out} characters left out ...]\n{text[len(text) - tail :]}"
+
+
+def render_traces(rollouts: Sequence[Rollout], evidence: Evidence = DEFAULT_EVIDENCE) -> str:
+    """The attempts as the reflector reads them: whole prompts, replies cut as `evidence` says."""
     blocks = []
     for i, r in enumerate(rollouts, start=1):
         kind = f", kind {r.kind}" if r.kind else ""
         expected = "" if r.expected is None else f"\n\nExpected answer:\n{r.expected}"
+        reasoning = ""
+        if evidence.show_reasoning and r.reasoning:
+            reasoning = f"Target's reasoning:\n{cut_evidence(r.reasoning, evidence.max_chars)}\n\n"
+        cut = " (cut short: it reached the target's max_tokens)" if r.truncated else ""
         blocks.append(
             f"### Attempt {i} (environment {r.env}{kind}; hard score {r.hard:g}, "
-            f"soft score {r.soft:.2f})\n\nTask:\n{r.prompt}\n\nTarget's reply:\n{r.reply}"
-            f"{expected}"
+            f"soft score {r.soft:.2f})\n\nTask:\n{r.prompt}\n\n{reasoning}Target's reply{cut}:\n"
+            f"{cut_evidence(r.reply, evidence.max_chars)}{expected}"
         )
     return "\n\n".join(blocks)
 
 
 def reflection_prompt(
-    skill: SkillDocument, batch: Minibatch, buffer: StepBuffer, max_edits: int
+    skill: SkillDocument,
+    batch: Minibatch,
+    buffer: StepBuffer,
+    max_edits: int,
+    evidence: Evidence = DEFAULT_EVIDENCE,
 ) -> str:
     intro = render("reflect_failure" if batch.source == FAILURE else "reflect_success")
     body = render(
         "reflect_common",
         skill=skill.text.strip() or "(the skill is empty)",
         buffer=buffer.render(),
-        traces=render_traces(batch.rollouts),
+        traces=render_traces(batch.rollouts, evidence),
         max_edits=str(max_edits),
     )
     return f"{intro}\n{body}"
@@ -174,14 +230,62 @@ def parse_reflection(batch: Minibatch, reply: str, max_edits: int) -> Reflection
     return Reflection(batch.source, keys, str(summary).strip(), edits, problems, reply)
 
 
+def fitted_prompt(
+    reflector: Reflector,
+    skill: SkillDocument,
+    batch: Minibatch,
+    buffer: StepBuffer,
+    max_edits: int,
+    evidence: Evidence,
+) -> tuple[str | None, int]:
+    """The minibatch's reflection prompt and how many of its attempts were left out to keep it
+    within `reflector.max_prompt_tokens` (the last ones go first); `None` when even one
+    attempt does not fit."""
+    cap = reflector.max_prompt_tokens
+    shown = len(batch.rollouts)
+    while shown > 0:
+        part = Minibatch(batch.source, batch.rollouts[:shown])
+        prompt = reflection_prompt(skill, part, buffer, max_edits, evidence)
+        if cap is None or reflector.estimate_tokens(prompt) <= cap:
+            return prompt, len(batch.rollouts) - shown
+        shown -= 1
+    return None, len(batch.rollouts)
+
+
 def reflect(
-    client: ChatClient,
+    reflector: Reflector,
     skill: SkillDocument,
     batches: Sequence[Minibatch],
     buffer: StepBuffer,
     max_edits: int,
+    evidence: Evidence = DEFAULT_EVIDENCE,
 ) -> list[Reflection]:
-    """One reflector call per minibatch, in parallel; results in minibatch order."""
-    prompts = [reflection_prompt(skill, b, buffer, max_edits) for b in batches]
-    replies = client.chat_many([[{"role": "user", "content": p}] for p in prompts], "reflect")
-    return [parse_reflection(b, r, max_edits) for b, r in zip(batches, replies, strict=True)]
+    """One reflector call per minibatch, in parallel; results in minibatch order. A call that
+    failed is a `Reflection` with its `error` and no edits."""
+    fitted = [fitted_prompt(reflector, skill, b, buffer, max_edits, evidence) for b in batches]
+    asked = [i for i, (prompt, _) in enumerate(fitted) if prompt is not None]
+    replies = reflector.ask_many([fitted[i][0] or "" for i in asked], "reflect")
+    by_batch: dict[int, str | ChatFailure] = dict(zip(asked, replies, strict=True))
+    out = []
+    for i, batch in enumerate(batches):
+        left_out = fitted[i][1]
+        reply = by_batch.get(i)
+        keys = [r.item_key for r in batch.rollouts]
+        if reply is None:
+            error = (
+                f"the prompt is longer than {reflector.key('reflector.max_prompt_tokens')} "
+                f"({reflector.max_prompt_tokens} tokens) even with one attempt"
+            )
+            out.append(Reflection(batch.source, keys, "", [], [error], "", error, left_out))
+        elif isinstance(reply, ChatFailure):
+            out.append(Reflection(batch.source, keys, "", [], [str(reply)], "", str(reply)))
+        else:
+            reflection = parse_reflection(batch, reply, max_edits)
+            reflection.left_out = left_out
+            if left_out:
+                reflection.problems.append(
+                    f"{left_out} of {len(batch.rollouts)} attempts left out to keep the prompt "
+                    f"within {reflector.key('reflector.max_prompt_tokens')}"
+                )
+            out.append(reflection)
+    return out

@@ -29,7 +29,7 @@ from typing import Any
 
 from honed.config import LoggingConfig, renamed_keys
 from honed.runs.lifecycle import Change, changes_environments, refuse, resume_changes
-from honed.skills.config import RENAMED_KEYS
+from honed.skills.config import RENAMED_KEYS, BudgetConfig
 
 __all__ = ["Change", "check_changes", "config_changes"]
 
@@ -42,8 +42,8 @@ def config_changes(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -
     as for GRPO (`honed.runs.lifecycle.resume_changes`). A run's config saved with the keys'
     earlier names (`optimizer`, `schedule`) is read under the new ones, silently: the run's own
     file is no one's to fix. A run started before the edit budget had `anchor` and `rounding`,
-    or before the skill loop had a `logging` section, is compared as having used what honed did
-    then."""
+    or before the skill loop had a `logging` or `budget` section, is compared as having used
+    what honed did then."""
     if not isinstance(before, Mapping):
         return []
     with suppress(ValueError):  # both names: honed never saved such a config; compare it as is
@@ -53,6 +53,8 @@ def config_changes(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -
         before = {**before, "edit_budget": {**edit_budget, **SCHEDULE_BEFORE_ANCHOR}}
     if "logging" not in before and "logging" in after:
         before = {**before, "logging": LoggingConfig().model_dump(mode="json")}
+    if "budget" not in before and "budget" in after:  # no section, no caps: as honed did then
+        before = {**before, "budget": BudgetConfig().model_dump(mode="json")}
     return resume_changes(before, after)
 
 

@@ -11,6 +11,13 @@ step, evaluations repeat for the initial and best skill, and training batches re
 the cache saves most target calls; being on disk, it also spares a resumed run from paying for
 them again. A cached answer is exact when the target samples greedily (`temperature: 0`, the
 default); with sampling, an item answered once with a skill keeps that answer for that skill.
+
+Answers are cached one by one as they arrive, so a batch cut short (a server that fails, a
+crash) keeps what was already paid for. Only answers are cached: a request that gave no usable
+reply (retries spent, every attempt empty) is a *failed* rollout, left out of the scores,
+counted, and asked again next time. A reply cut at `max_tokens` is a real answer under the cap:
+scored and cached as it is, and marked `truncated`. A reasoning model's reasoning is kept apart
+from its answer (`Rollout.reasoning`); the environment scores the answer only.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from typing import Any
 
 from honed.envs.base import SingleTurnEnv
 from honed.errors import HonedError
-from honed.models.chat import ChatClient, ChatModelConfig, Messages
+from honed.models.chat import ChatClient, ChatFailure, ChatModelConfig, ChatReply, Messages
 from honed.runs.files import atomic_write_text
 from honed.skills.document import SkillDocument
 from honed.text import valid_text
@@ -35,7 +42,11 @@ from honed.types import Item, Prompt, prompt_text
 
 @dataclass(frozen=True)
 class Rollout:
-    """One answer of the target to one item with one skill, and its scores."""
+    """One answer of the target to one item with one skill, and its scores.
+
+    `error` is set when no answer came (the request failed): such a rollout has no scores
+    (`hard` and `soft` are 0 and mean nothing), is never cached and is left out of every mean.
+    """
 
     env: str
     item_key: str
@@ -46,11 +57,18 @@ class Rollout:
     expected: str | None = None
     kind: str | None = None
     cached: bool = False
+    reasoning: str = ""
+    truncated: bool = False
+    error: str | None = None
+
+    @property
+    def answered(self) -> bool:
+        return self.error is None
 
     @property
     def failed(self) -> bool:
-        """Not an exact success: what the failure reflections look at."""
-        return self.hard < 1.0
+        """An answer that is not an exact success: what the failure reflections look at."""
+        return self.answered and self.hard < 1.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -63,14 +81,16 @@ class Rollout:
 @dataclass(frozen=True)
 class Scores:
     """A skill's scores on a set of items: means of hard and soft scores (over environments,
-    each environment's own mean counting once, so a large one does not drown a small one)."""
+    each environment's own mean counting once, so a large one does not drown a small one), over
+    the `n` items answered; `failed` items got no answer and count in neither."""
 
     hard: float
     soft: float
     n: int
+    failed: int = 0
 
     def to_dict(self) -> dict[str, float]:
-        return {"hard": self.hard, "soft": self.soft, "n": self.n}
+        return {"hard": self.hard, "soft": self.soft, "n": self.n, "failed": self.failed}
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -79,19 +99,23 @@ def _mean(xs: Sequence[float]) -> float:
 
 def aggregate(rollouts: Sequence[Rollout]) -> Scores:
     by_env: dict[str, list[Rollout]] = defaultdict(list)
-    for r in rollouts:
+    answered = [r for r in rollouts if r.answered]
+    for r in answered:
         by_env[r.env].append(r)
     hard = _mean([_mean([r.hard for r in rs]) for rs in by_env.values()])
     soft = _mean([_mean([r.soft for r in rs]) for rs in by_env.values()])
-    return Scores(hard, soft, len(rollouts))
+    return Scores(hard, soft, len(answered), len(rollouts) - len(answered))
 
 
 def metrics(rollouts: Sequence[Rollout]) -> dict[str, float]:
-    """`hard`, `soft`, then per environment and per kind: what evaluation tables show."""
+    """`hard`, `soft` and `failed` (items without an answer, left out of the means), then per
+    environment and per kind: what evaluation tables show."""
     scores = aggregate(rollouts)
-    out = {"hard": scores.hard, "soft": scores.soft}
+    out = {"hard": scores.hard, "soft": scores.soft, "failed": float(scores.failed)}
     groups: dict[str, list[Rollout]] = defaultdict(list)
     for r in rollouts:
+        if not r.answered:
+            continue
         groups[r.env].append(r)
         if r.kind is not None:
             groups[f"{r.env}/{r.kind}"].append(r)
@@ -190,7 +214,12 @@ def target_fingerprint(config: ChatModelConfig, preamble: str) -> str:
 
 
 class TargetRunner:
-    """Answers items with a skill through the target client, scores them, caches the result."""
+    """Answers items with a skill through the target client, scores them, caches the result.
+
+    `max_failed_fraction`: once more than this share of a call's requests have failed, the
+    requests not yet sent are not sent (their rollouts fail too): a broken server should cost
+    seconds, not a batch of retries.
+    """
 
     def __init__(
         self,
@@ -198,12 +227,14 @@ class TargetRunner:
         envs: Mapping[str, SingleTurnEnv],
         preamble: str,
         cache: RolloutCache | None = None,
+        max_failed_fraction: float = 1.0,
     ) -> None:
         self.client = client
         self.envs = check_single_turn(envs)
         self.preamble = preamble
         self.cache = cache if cache is not None else RolloutCache()
         self.fingerprint = target_fingerprint(client.config, preamble)
+        self.max_failed_fraction = max_failed_fraction
 
     def messages(self, skill: SkillDocument, prompt: Prompt) -> Messages:
         """The request for one item; a chat prompt's own system message follows the skill's."""
@@ -221,35 +252,70 @@ class TargetRunner:
         digest = f"{self.fingerprint}-{skill.content_hash}"
         known: dict[tuple[str, str], Rollout] = {}
         todo: dict[tuple[str, str], Item] = {}
-        hits: dict[tuple[str, str], tuple[Item, str]] = {}
+        hits: dict[tuple[str, str], tuple[Item, Rollout]] = {}
         for item in items:
             ident = (item.env, item.key)
             if ident in hits or ident in todo:
                 continue
             hit = self.cache.get(digest, item.env, item.key)
-            if hit is None or not isinstance(hit.reply, str):
+            # an empty answer is no answer, whoever cached it (earlier honed versions did)
+            if hit is None or not isinstance(hit.reply, str) or not hit.reply.strip():
                 todo[ident] = item
             else:
-                hits[ident] = (item, valid_text(hit.reply))
+                hits[ident] = (item, hit)
         # A cached reply is scored again, never taken at the cache file's word: the file sits
         # in a run directory, which may come from someone else.
         cached = [item for item, _ in hits.values()]
-        for rollout in self._score(cached, [reply for _, reply in hits.values()]):
+        answers = [_Answer.of(hit) for _, hit in hits.values()]
+        for rollout in self._score(cached, answers):
             known[(rollout.env, rollout.item_key)] = replace(rollout, cached=True)
-        fresh = self._answer(skill, list(todo.values()), stage)
-        self.cache.put_many(digest, fresh)
+        fresh = self._answer(skill, digest, list(todo.values()), stage)
         known.update(((r.env, r.item_key), r) for r in fresh)
         return [known[(item.env, item.key)] for item in items]
 
-    def _answer(self, skill: SkillDocument, items: list[Item], stage: str) -> list[Rollout]:
+    def _answer(
+        self, skill: SkillDocument, digest: str, items: list[Item], stage: str
+    ) -> list[Rollout]:
+        """Ask the target; each answer is scored and cached the moment it arrives."""
         if not items:
             return []
         prompts = [self.envs[item.env].prompt(item) for item in items]
-        replies = self.client.chat_many([self.messages(skill, p) for p in prompts], stage=stage)
-        return self._score(items, replies)
+        out: list[Rollout | None] = [None] * len(items)
+        failures = 0
+        replies = self.client.complete_many([self.messages(skill, p) for p in prompts], stage)
+        for index, result in replies:
+            item = items[index]
+            if isinstance(result, ChatFailure):
+                out[index] = self._failed(item, prompts[index], str(result))
+                failures += 1
+                if failures > self.max_failed_fraction * len(items):
+                    replies.cancel()
+                continue
+            (rollout,) = self._score([item], [_Answer.of(result)])
+            self.cache.put_many(digest, [rollout])
+            out[index] = rollout
+        unsent = "not sent: too many of the batch's requests had failed"
+        return [
+            r if r is not None else self._failed(items[i], prompts[i], unsent)
+            for i, r in enumerate(out)
+        ]
 
-    def _score(self, items: list[Item], replies: list[str]) -> list[Rollout]:
-        """Each reply scored by its item's environment, in order."""
+    def _failed(self, item: Item, prompt: Prompt, error: str) -> Rollout:
+        env = self.envs[item.env]
+        return Rollout(
+            env=item.env,
+            item_key=item.key,
+            prompt=prompt_text(prompt),
+            reply="",
+            hard=0.0,
+            soft=0.0,
+            expected=env.reference(item),
+            kind=_kind(env, item),
+            error=error,
+        )
+
+    def _score(self, items: list[Item], answers: list[_Answer]) -> list[Rollout]:
+        """Each answer scored by its item's environment, in order."""
         prompts = [self.envs[item.env].prompt(item) for item in items]
         by_env: dict[str, list[int]] = defaultdict(list)
         for i, item in enumerate(items):
@@ -257,7 +323,9 @@ class TargetRunner:
         out: list[Rollout | None] = [None] * len(items)
         for name, indices in by_env.items():
             env = self.envs[name]
-            scores = env.score_batch([items[i] for i in indices], [replies[i] for i in indices])
+            scores = env.score_batch(
+                [items[i] for i in indices], [answers[i].text for i in indices]
+            )
             for i, score in zip(indices, scores, strict=True):
                 item = items[i]
                 hard, soft = float(score.success), float(score.reward)
@@ -270,13 +338,32 @@ class TargetRunner:
                     env=name,
                     item_key=item.key,
                     prompt=prompt_text(prompts[i]),
-                    reply=replies[i],
+                    reply=answers[i].text,
                     hard=hard,
                     soft=soft,
                     expected=env.reference(item),
                     kind=_kind(env, item),
+                    reasoning=answers[i].reasoning,
+                    truncated=answers[i].truncated,
                 )
         return [r for r in out if r is not None]
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """What an item's score and record are made from: the answer, reasoning, and whether it
+    was cut at `max_tokens`."""
+
+    text: str
+    reasoning: str = ""
+    truncated: bool = False
+
+    @classmethod
+    def of(cls, source: ChatReply | Rollout) -> _Answer:
+        if isinstance(source, ChatReply):
+            return cls(source.text, source.reasoning, source.truncated)
+        reasoning = source.reasoning if isinstance(source.reasoning, str) else ""
+        return cls(valid_text(source.reply), valid_text(reasoning), source.truncated is True)
 
 
 def _kind(env: SingleTurnEnv, item: Item) -> str | None:

@@ -12,9 +12,17 @@ and best skills are evaluated on the held-out split and `summary.json` is writte
 
 Everything with state (the edit budget's position, sampler, step buffer, token counts, skill
 versions, scores) is saved in `state.json` after every step, and target answers are cached on
-disk by skill hash, so `--resume` continues after the last finished step, spends nothing twice,
-and ends with the same skills as an uninterrupted run. The settings come from the config in
-force, not the checkpoint (`honed.skills.resume`), and a finished run is left as it is.
+disk by skill hash as they arrive, so `--resume` continues after the last finished step, spends
+nothing twice, and ends with the same skills as an uninterrupted run. The settings come from the
+config in force, not the checkpoint (`honed.skills.resume`), and a finished run is left as it is.
+
+A misbehaving server costs a step's proposals, not the run: a failed reflection drops its
+minibatch's proposals, a step whose every reflection failed is `skipped`, a failed target
+request leaves its item out of the scores. What stops a run goes through the run lifecycle,
+with the state of the last finished step saved and the reason in `summary.json`: a step in
+which more than `target.max_failed_fraction` of the target's replies failed, three skipped
+steps in a row (both errors: exit code 2), a `budget` cap reached, or `train.patience` steps in
+a row without an accepted candidate.
 """
 
 from __future__ import annotations
@@ -33,19 +41,52 @@ from honed.config import dump_config
 from honed.envs.base import SingleTurnEnv
 from honed.envs.registry import build_envs
 from honed.errors import HonedError
-from honed.models.chat import ChatClient, UsageMeter
+from honed.models.chat import BYTES_PER_TOKEN, USAGE_FIELDS, ChatClient, UsageMeter
 from honed.runs.files import atomic_write_dir, atomic_write_json, atomic_write_text
-from honed.runs.lifecycle import Change, RunLifecycle, check_format
+from honed.runs.lifecycle import (
+    Change,
+    RunLifecycle,
+    RunStopped,
+    Stop,
+    StopRun,
+    check_format,
+)
 from honed.runs.progress import Reporter
 from honed.runs.sinks import Sinks
 from honed.sampling.sampler import Sampler
 from honed.skills.config import SkillsConfig
-from honed.skills.consolidate import propose
+from honed.skills.consolidate import EXAMPLES_PER_OUTCOME, OUTCOMES, consolidation_prompt, propose
+from honed.skills.cost import (
+    FirstStep,
+    StageEstimate,
+    budget_spent,
+    estimate_stages,
+    most_minibatches,
+)
 from honed.skills.document import ApplyReport, SkillDocument, SkillFormatError
 from honed.skills.edits import Edit
 from honed.skills.gate import Gate, GateDecision
-from honed.skills.merge import MergeResult, Ranking, dedupe, llm_merge, rank
-from honed.skills.reflect import Reflection, StepBuffer, minibatches, reflect
+from honed.skills.merge import (
+    MergeResult,
+    PoolEdit,
+    Ranking,
+    dedupe,
+    llm_merge,
+    merge_prompt,
+    rank,
+    rank_prompt,
+)
+from honed.skills.reflect import (
+    FAILURE,
+    Evidence,
+    Minibatch,
+    Reflection,
+    StepBuffer,
+    fitted_prompt,
+    minibatches,
+    reflect,
+)
+from honed.skills.reflector import Reflector
 from honed.skills.resume import check_changes, config_changes
 from honed.skills.rollout import (
     Rollout,
@@ -58,11 +99,18 @@ from honed.skills.rollout import (
     metrics,
 )
 from honed.skills.rundir import SkillRunDir
-from honed.types import Group, Item, Trajectory, derive_seed
+from honed.types import Group, Item, Trajectory, derive_seed, prompt_text
 
 log = logging.getLogger(__name__)
 
 STATE_FORMAT = 1
+# Steps in a row whose every reflection failed before the run stops: one is a bad minute of
+# the server's, three are a server that needs a person.
+SKIPPED_STEPS_TO_STOP = 3
+# Share of a step's fresh target replies cut at max_tokens above which the run warns (once).
+TRUNCATED_SHARE_TO_WARN = 0.1
+# What a dry run assumes a proposed edit is, for the merge and rank prompts: a sentence or two.
+ASSUMED_EDIT = "- " + "When the task says so, answer in the form it asks for. " * 3
 
 
 def build_skill_envs(config: SkillsConfig) -> dict[str, SingleTurnEnv]:
@@ -71,7 +119,8 @@ def build_skill_envs(config: SkillsConfig) -> dict[str, SingleTurnEnv]:
 
 
 def _groups(rollouts: list[Rollout], items: Mapping[tuple[str, str], Item]) -> list[Group]:
-    """Rollouts as one-trajectory groups: what the sampler's curriculum learns from."""
+    """Answered rollouts as one-trajectory groups: what the sampler's curriculum learns from (an
+    item without an answer says nothing about its difficulty)."""
     return [
         Group(
             r.env,
@@ -80,6 +129,7 @@ def _groups(rollouts: list[Rollout], items: Mapping[tuple[str, str], Item]) -> l
             level=items[(r.env, r.item_key)].level,
         )
         for r in rollouts
+        if r.answered
     ]
 
 
@@ -89,6 +139,33 @@ def _changed_items(before: list[Rollout], after: list[Rollout]) -> list[dict[str
         for b, a in zip(before, after, strict=True)
         if (b.hard, b.soft) != (a.hard, a.soft)
     ]
+
+
+def _both_answered(before: list[Rollout], after: list[Rollout]) -> tuple[list[Rollout], ...]:
+    """The pairs of rollouts (same items, same order) where both skills got an answer: scores
+    compared on different items would compare the items, not the skills."""
+    pairs = [(b, a) for b, a in zip(before, after, strict=True) if b.answered and a.answered]
+    return [b for b, _ in pairs], [a for _, a in pairs]
+
+
+def _fresh(rollouts: list[Rollout]) -> list[Rollout]:
+    """The distinct rollouts that were asked for now (not from the cache)."""
+    return [r for r in {(r.env, r.item_key): r for r in rollouts}.values() if not r.cached]
+
+
+def _usage_delta(
+    before: Mapping[str, Mapping[str, float]], after: Mapping[str, Mapping[str, float]]
+) -> dict[str, float]:
+    """The counts a step added, flat (`tokens/<stage>/<counter>`), for its stages only."""
+    out: dict[str, float] = {}
+    for stage, row in after.items():
+        old = before.get(stage, {})
+        delta = {k: v - old.get(k, 0) for k, v in row.items()}
+        if any(delta.values()):
+            for key in (*USAGE_FIELDS, "usd"):
+                if key in delta:
+                    out[f"tokens/{stage}/{key}"] = delta[key]
+    return out
 
 
 @dataclass
@@ -131,7 +208,11 @@ class SkillTrainer:
         self.envs = build_skill_envs(config)
         self.usage = UsageMeter()
         self.target = ChatClient(config.target, self.usage)
-        self.reflector = ChatClient(config.reflector, self.usage)
+        self.reflector_client = ChatClient(config.reflector, self.usage)
+        self.reflector = Reflector(
+            self.reflector_client, config.reflector.max_prompt_tokens, config.key
+        )
+        self.evidence = Evidence(config.train.max_evidence_chars, config.train.show_reasoning)
         self.sampler = Sampler.from_config(self.envs, config.envs, config.curriculum, config.seed)
         train_items = sum(len(env.items("train")) for env in self.envs.values())
         self.steps_per_epoch, self.total_steps = config.total_steps(train_items)
@@ -151,17 +232,20 @@ class SkillTrainer:
         self.epochs_closed = 0
         self.history: list[dict[str, Any]] = []
         self.versions: list[dict[str, Any]] = []
+        self._last_step_skipped = False  # by a step this process ran, not a resumed one
+        self._warned_truncated = False
+        self._step_target = [0, 0]  # the step's fresh target replies, and how many failed
 
     # ------------------------------------------------------------------ set-up
 
     def preflight(self) -> None:
         """Fail before any work if either chat server is unreachable or misconfigured."""
         self.target.check()
-        self.reflector.check()
+        self.reflector_client.check()
 
     def close(self) -> None:
         self.target.close()
-        self.reflector.close()
+        self.reflector_client.close()
 
     def setup(self, resume: bool) -> bool:
         """Start a run, or load the one to resume; False when that one had already finished, in
@@ -175,11 +259,19 @@ class SkillTrainer:
             self.load_state_dict(state)
             self.life.resumed(self.run.state_path, self.step, [escape(str(c)) for c in changes])
             if self._finished():
-                self.reporter.note(f"the run finished after step {self.step}: nothing to do")
+                stopped = self._persistent_stop()
+                how = "finished" if stopped is None else f"stopped ({stopped.reason})"
+                self.reporter.note(f"the run {how} after step {self.step}: nothing to do")
                 return False
         self.life.start(dump_config(self.config), Sinks(self.run, self.config), self.step)
         self.cache = RolloutCache(self.run.cache_path)
-        self.runner = TargetRunner(self.target, self.envs, self.config.skill.preamble, self.cache)
+        self.runner = TargetRunner(
+            self.target,
+            self.envs,
+            self.config.skill.preamble,
+            self.cache,
+            self.config.target.max_failed_fraction,
+        )
         note = self.gate.resolution_note(len(self.gate_items))
         if note:
             self.reporter.note(note)
@@ -197,8 +289,15 @@ class SkillTrainer:
             initial = SkillDocument(self.config.skill.initial_text())
         except SkillFormatError as exc:
             raise HonedError(f"skill.init: {exc}") from None
+        limit = self.config.skill.max_chars
+        if len(initial.text) > limit:
+            raise HonedError(
+                f"skill.init has {len(initial.text)} characters, more than skill.max_chars "
+                f"({limit}); shorten it or raise skill.max_chars"
+            )
         with self.reporter.status("scoring the initial skill on the selection split"):
-            scores, _ = self.score(initial, "gate")
+            scores, rollouts = self.score(initial, "gate")
+        self._check_target(rollouts, "scoring the initial skill", in_step=False)
         self.current = initial
         self.initial_scores = self.current_scores = self.best_scores = scores
         self._save_version(initial, scores, step=0, source="initial")
@@ -210,6 +309,104 @@ class SkillTrainer:
         """The skill's scores on the gate's selection items (cached by skill hash)."""
         rollouts = self.runner.run(skill, self.gate_items, stage)
         return aggregate(rollouts), rollouts
+
+    def _check_target(self, rollouts: list[Rollout], where: str, in_step: bool = True) -> None:
+        """Count the step's fresh target replies and failures; stop the run (`StopRun` in a
+        step, a `HonedError` outside one) when more than `target.max_failed_fraction` of them
+        failed. `where` says what the target was doing, for the message."""
+        fresh = _fresh(rollouts)
+        failed = [r for r in fresh if not r.answered]
+        self._step_target[0] += len(fresh)
+        self._step_target[1] += len(failed)
+        asked, lost = self._step_target
+        allowed = self.config.target.max_failed_fraction
+        if not failed or lost <= allowed * asked:
+            return
+        message = (
+            f"the target server is misbehaving: {lost} of {asked} replies failed while "
+            f"{where} (more than {self.config.key('target.max_failed_fraction')} = {allowed:g}); "
+            f"last problem: {failed[-1].error}"
+        )
+        if in_step:
+            raise StopRun(Stop("server", message, error=True))
+        raise HonedError(message)
+
+    # ------------------------------------------------------------------ cost
+
+    def estimate(self) -> list[StageEstimate]:
+        """At most how many calls each stage of the run makes, and about how many tokens, from
+        the real prompts of its first step (`honed skills train --dry-run`; see
+        `honed.skills.cost`). Asks no model and writes nothing."""
+        train_items = sum(len(env.items("train")) for env in self.envs.values())
+        consolidation_items = min(self.config.consolidation.num_items, train_items)
+        return estimate_stages(
+            self.config,
+            self.first_step(),
+            self.total_steps,
+            self.steps_per_epoch,
+            consolidation_items,
+        )
+
+    def first_step(self) -> FirstStep:
+        """The estimated prompt tokens of the first step's calls, with the initial skill: the
+        target's real requests, and the reflector's prompts built from the step's real items
+        with replies as long as the reflector may be shown."""
+        config = self.config
+        try:
+            skill = SkillDocument(config.skill.initial_text())
+        except SkillFormatError as exc:
+            raise HonedError(f"skill.init: {exc}") from None
+        runner = TargetRunner(self.target, self.envs, config.skill.preamble)
+        sampler = Sampler.from_config(self.envs, config.envs, config.curriculum, config.seed)
+        items = sampler.next_items(config.train.batch_size, 0, self.total_steps)
+        ev = config.eval
+
+        def target_tokens(chosen: list[Item]) -> list[int]:
+            return [
+                self.target.estimate_tokens(runner.messages(skill, self.envs[i.env].prompt(i)))
+                for i in chosen
+            ]
+
+        # the longest reply the reflector can be shown: cut as evidence, or the target's cap
+        reply_chars = config.train.max_evidence_chars
+        if config.target.max_tokens is not None:
+            reply_chars = min(reply_chars, int(config.target.max_tokens * BYTES_PER_TOKEN))
+        answers = [
+            Rollout(i.env, i.key, prompt_text(self.envs[i.env].prompt(i)), "x" * reply_chars, 0, 0)
+            for i in items
+        ]
+        batch = Minibatch(FAILURE, answers[: config.train.minibatch_size])
+        budget = self.edit_budget.max_lr
+        prompt, _ = fitted_prompt(self.reflector, skill, batch, StepBuffer(), budget, self.evidence)
+        # no prompt: not even one attempt fits under max_prompt_tokens (every reflection fails)
+        reflect_tokens = self.reflector.estimate_tokens(prompt) if prompt else 0
+        train = config.train
+        pool = [
+            PoolEdit(Edit("append", "", ASSUMED_EDIT), first_seen=n)
+            for n in range(
+                most_minibatches(train.batch_size, train.minibatch_size, train.failure_only)
+                * budget
+            )
+        ]
+        pairs = [(a, a) for a in answers[:EXAMPLES_PER_OUTCOME]]
+        classes = {name: list(pairs) for name in OUTCOMES}
+        return FirstStep(
+            rollout=target_tokens(items),
+            gate=target_tokens(self.gate_items),
+            eval=target_tokens(evaluation_items(self.envs, ev.split, ev.num_items)),
+            reflect=reflect_tokens,
+            merge=self.reflector.estimate_tokens(merge_prompt(skill, pool))
+            if train.merge == "llm"
+            else None,
+            rank=self.reflector.estimate_tokens(
+                rank_prompt(skill, pool, budget, self.edit_budget.is_autonomous)
+            )
+            if train.rank == "llm"
+            else None,
+            consolidate=self.reflector.estimate_tokens(
+                consolidation_prompt(skill, config.consolidation.region, classes, self.evidence)
+            ),
+        )
 
     # ------------------------------------------------------------------ state
 
@@ -299,6 +496,42 @@ class SkillTrainer:
             f"selection {self.gate.metric(self.current_scores):.3f}"
         )
 
+    def _persistent_stop(self) -> Stop | None:
+        """A stop that holds until the config changes: a budget cap reached, patience spent."""
+        spent = budget_spent(self.config.budget, self.usage.totals())
+        if spent is not None:
+            return Stop("budget", spent)
+        patience = self.config.train.patience
+        waited = 0
+        for record in reversed(self.history):
+            if record["outcome"] == "accepted":
+                break
+            waited += 1
+        if patience is not None and waited >= patience:
+            return Stop(
+                "patience",
+                f"no candidate was accepted in the last {waited} steps (train.patience: "
+                f"{patience})",
+            )
+        return None
+
+    def stop_reason(self) -> Stop | None:
+        """Why the run must stop now (asked by the lifecycle before and after each step)."""
+        if self._last_step_skipped:
+            skipped = 0
+            for record in reversed(self.history):
+                if record["outcome"] != "skipped":
+                    break
+                skipped += 1
+            if skipped >= SKIPPED_STEPS_TO_STOP:
+                return Stop(
+                    "reflector",
+                    f"every reflection failed in {skipped} steps in a row: the reflector "
+                    f"server is misbehaving (last problem: {self.history[-1]['reason']})",
+                    error=True,
+                )
+        return self._persistent_stop()
+
     # ------------------------------------------------------------------ skills
 
     def _save_version(self, doc: SkillDocument, scores: Scores, step: int, source: str) -> int:
@@ -331,27 +564,83 @@ class SkillTrainer:
         """One SkillOpt step, by name: take the step's edit budget, answer a batch with the
         current skill, reflect on its failures (and successes), merge and rank the proposed
         edits, apply the top ones within the budget, and let the gate decide on the candidate.
-        Everything the step saw and decided is written to its step directory."""
+        Everything the step saw and decided is written to its step directory. A step whose
+        every reflection failed is skipped: no candidate, nothing else asked."""
         step = self.step + 1
+        usage_before = self.usage.usage()
+        self._step_target = [0, 0]
         budget = self.edit_budget.step()
-        rollouts = self._answer_batch()
+        rollouts = self._answer_batch(step)
         batches, reflections = self._reflect(step, rollouts)
-        merged, ranking = self._merge_and_rank(step, reflections, budget)
-        kept = [entry.edit for entry in ranking.kept]
-        candidate, report = self._apply(step, kept, budget)
-        verdict = self._gate(step, candidate, kept, report)
-        self.buffer.add_patterns(step, reflections)
-        batch = aggregate(rollouts)
-        record = {
+        failed = [r for r in reflections if r.error is not None]
+        record: dict[str, Any] = {
             "step": step,
             "epoch": self._epoch_of(step),
             "budget": budget,
             "autonomous": self.edit_budget.is_autonomous,
             "proposed": sum(len(r.edits) for r in reflections),
-            "pool": len(merged.pool),
-            "kept": len(kept),
-            "applied": report.applied,
-            "skipped": report.skipped,
+        }
+        files: dict[str, Any] = {
+            "rollouts.json": [r.to_dict() for r in rollouts],
+            "proposed_edits.json": [r.to_dict() for r in reflections],
+        }
+        if batches and len(failed) == len(reflections):
+            reason = f"every reflection failed ({len(failed)}); last problem: {failed[-1].error}"
+            log.warning("step %d skipped: %s", step, reason)
+            verdict = _Verdict("skipped", reason, self.current_scores)
+            record.update(pool=0, kept=0, applied=0, skipped=0, merge=None, rank=None)
+            merge_dropped = 0
+        else:
+            verdict, merge_dropped = self._candidate(step, reflections, budget, record, files)
+        self._last_step_skipped = verdict.outcome == "skipped"
+        record.update(self._step_counts(rollouts, reflections, merge_dropped))
+        record.update(self._verdict_record(verdict, rollouts, len(batches)))
+        record.update(_usage_delta(usage_before, self.usage.usage()))
+        files["gate.json"] = verdict.to_dict(self.config.gate.split, len(self.gate_items))
+        files["step.json"] = record
+        atomic_write_dir(self.run.step_dir(step), lambda tmp: _write_files(tmp, files))
+        self.history.append(record)
+        self.step = step
+        return record
+
+    def _candidate(
+        self,
+        step: int,
+        reflections: list[Reflection],
+        budget: int,
+        record: dict[str, Any],
+        files: dict[str, Any],
+    ) -> tuple[_Verdict, int]:
+        """Merge and rank the proposals, apply the top ones, gate the candidate; fills the
+        step's record and files, and gives the verdict and how many merged edits were dropped."""
+        merged, ranking = self._merge_and_rank(step, reflections, budget)
+        kept = [entry.edit for entry in ranking.kept]
+        candidate, report = self._apply(step, kept, budget)
+        verdict = self._gate(step, candidate, kept, report)
+        self.buffer.add_patterns(step, reflections)
+        record.update(
+            pool=len(merged.pool),
+            kept=len(kept),
+            applied=report.applied,
+            skipped=report.skipped,
+            merge=merged.method,
+            rank=ranking.method,
+        )
+        files.update(
+            {
+                "merged_edits.json": merged.to_dict(),
+                "ranked_edits.json": {"budget": budget, **ranking.to_dict()},
+                "candidate_skill.md": candidate.text,
+                "apply_report.json": report.to_dict(),
+            }
+        )
+        return verdict, len(merged.dropped)
+
+    def _verdict_record(
+        self, verdict: _Verdict, rollouts: list[Rollout], minibatches: int
+    ) -> dict[str, Any]:
+        batch = aggregate(rollouts)
+        return {
             "outcome": verdict.outcome,
             "reason": verdict.reason,
             "version": self.current_version,
@@ -359,30 +648,50 @@ class SkillTrainer:
             "metric_after": None if verdict.decision is None else verdict.decision.metric_after,
             "train_hard": batch.hard,
             "train_soft": batch.soft,
-            "minibatches": len(batches),
-            "merge": merged.method,
-            "rank": ranking.method,
+            "minibatches": minibatches,
         }
-        files = {
-            "rollouts.json": [r.to_dict() for r in rollouts],
-            "proposed_edits.json": [r.to_dict() for r in reflections],
-            "merged_edits.json": merged.to_dict(),
-            "ranked_edits.json": {"budget": budget, **ranking.to_dict()},
-            "candidate_skill.md": candidate.text,
-            "apply_report.json": report.to_dict(),
-            "gate.json": verdict.to_dict(self.config.gate.split, len(self.gate_items)),
-            "step.json": record,
-        }
-        atomic_write_dir(self.run.step_dir(step), lambda tmp: _write_files(tmp, files))
-        self.history.append(record)
-        self.step = step
-        return record
 
-    def _answer_batch(self) -> list[Rollout]:
+    def _step_counts(
+        self, rollouts: list[Rollout], reflections: list[Reflection], merge_dropped: int
+    ) -> dict[str, Any]:
+        """What the step lost to the servers, for its record: the target's fresh replies that
+        failed or were cut, the reflections that failed, the attempts left out of reflection
+        prompts, merged edits no proposal supports. Warns (once a run) when many replies were
+        cut at the target's max_tokens."""
+        fresh = _fresh(rollouts)
+        truncated = sum(r.truncated for r in fresh if r.answered)
+        answered = sum(r.answered for r in fresh)
+        if (
+            answered
+            and truncated > TRUNCATED_SHARE_TO_WARN * answered
+            and not self._warned_truncated
+        ):
+            self._warned_truncated = True
+            log.warning(
+                "step %d: %d of %d target replies were cut at max_tokens (%s); they are scored "
+                "as given: raise %s",
+                self.step + 1,
+                truncated,
+                answered,
+                self.config.target.max_tokens,
+                self.config.key("target.max_tokens"),
+            )
+        return {
+            "target_replies": self._step_target[0],
+            "target_failed": self._step_target[1],
+            "target_truncated": truncated,
+            "reflections_failed": sum(r.error is not None for r in reflections),
+            "reflection_errors": [r.error for r in reflections if r.error is not None],
+            "attempts_left_out": sum(r.left_out for r in reflections),
+            "merge_dropped": merge_dropped,
+        }
+
+    def _answer_batch(self, step: int) -> list[Rollout]:
         """The step's training items answered with the current skill; the curriculum learns
         from their scores."""
         items = self.sampler.next_items(self.config.train.batch_size, self.step, self.total_steps)
         rollouts = self.runner.run(self.current, items, "rollout")
+        self._check_target(rollouts, f"step {step} answered its batch")
         self.sampler.observe(_groups(rollouts, {(i.env, i.key): i for i in items}))
         return rollouts
 
@@ -395,8 +704,18 @@ class SkillTrainer:
         rng = random.Random(derive_seed(self.config.seed, "minibatches", step))
         batches = minibatches(rollouts, train.minibatch_size, train.failure_only, rng)
         reflections = reflect(
-            self.reflector, self.current, batches, self.buffer, self.edit_budget.max_lr
+            self.reflector,
+            self.current,
+            batches,
+            self.buffer,
+            self.edit_budget.max_lr,
+            self.evidence,
         )
+        for r in reflections:
+            if r.error is not None:
+                log.warning(
+                    "step %d: a reflection failed, its proposals are lost: %s", step, r.error
+                )
         return batches, reflections
 
     def _merge_and_rank(
@@ -431,7 +750,7 @@ class SkillTrainer:
     def _apply(self, step: int, kept: list[Edit], budget: int) -> tuple[SkillDocument, ApplyReport]:
         """The candidate skill: the kept edits applied to the current one. Exceeding the budget
         is a bug in honed, never a user error, so it stops the run."""
-        candidate, report = self.current.apply_edits(kept)
+        candidate, report = self.current.apply_edits(kept, self.config.skill.max_edit_chars)
         if len(kept) > budget or report.applied > budget:
             raise RuntimeError(
                 f"step {step} would apply {report.applied} of {len(kept)} kept edits over a "
@@ -443,12 +762,28 @@ class SkillTrainer:
         self, step: int, candidate: SkillDocument, kept: list[Edit], report: ApplyReport
     ) -> _Verdict:
         """Score the candidate on the selection items and accept it (it becomes the current
-        skill, and the best if it beats it) or reject it (its edits go to the step buffer)."""
-        before, before_rollouts = self.score(self.current, "gate")  # cached
+        skill, and the best if it beats it) or reject it (its edits go to the step buffer). A
+        candidate longer than `skill.max_chars` is rejected before the gate. Both skills are
+        compared on the items both got answers for."""
         if candidate == self.current:
             reason = "no edit was applied" if not report.applied else "the edits changed nothing"
-            return _Verdict("unchanged", reason, before)
-        after, after_rollouts = self.score(candidate, "gate")
+            return _Verdict("unchanged", reason, self.current_scores)
+        limit = self.config.skill.max_chars
+        if len(candidate.text) > limit:
+            reason = (
+                f"the candidate has {len(candidate.text)} characters, more than "
+                f"skill.max_chars ({limit}); not scored"
+            )
+            self.buffer.add_rejected(
+                step, kept, self.gate.metric(self.current_scores), None, reason
+            )
+            return _Verdict("rejected", reason, self.current_scores)
+        _, before_rollouts = self.score(self.current, "gate")  # cached
+        self._check_target(before_rollouts, f"step {step} scored the current skill")
+        _, after_rollouts = self.score(candidate, "gate")
+        self._check_target(after_rollouts, f"step {step} scored its candidate")
+        before_rollouts, after_rollouts = _both_answered(before_rollouts, after_rollouts)
+        before, after = aggregate(before_rollouts), aggregate(after_rollouts)
         decision = self.gate.decide(before, after)
         changed = _changed_items(before_rollouts, after_rollouts)
         if decision.accepted:
@@ -479,30 +814,30 @@ class SkillTrainer:
         self.epoch_start_version = self.current_version
 
     def consolidate(self, epoch: int) -> None:
+        """Rewrite the protected guidance region from the epoch's outcomes, gated unless
+        `consolidation.gated` is false. A target that failed on too many of the items (more
+        than `target.max_failed_fraction`) costs this epoch's consolidation, with a warning."""
         consolidation = self.config.consolidation
         pool = [item for env in self.envs.values() for item in env.items("train")]
         rng = random.Random(derive_seed(self.config.seed, "consolidate", epoch))
         items = rng.sample(pool, min(consolidation.num_items, len(pool)))
         start = self.run.skills.load(self.epoch_start_version)
-        before = self.runner.run(start, items, "consolidate")
-        after = self.runner.run(self.current, items, "consolidate")
-        result = propose(self.reflector, self.current, consolidation.region, before, after)
-        record: dict[str, Any] = {"epoch": epoch, **result.to_dict()}
-        candidate = result.candidate
-        if candidate is None or candidate == self.current:
-            record["outcome"] = "unchanged"
+        before = self.runner.run(start, items, "consolidate_rollout")
+        after = self.runner.run(self.current, items, "consolidate_rollout")
+        fresh = _fresh(before) + _fresh(after)
+        lost = [r for r in fresh if not r.answered]
+        candidate = None
+        if lost and len(lost) > self.config.target.max_failed_fraction * len(fresh):
+            reason = f"{len(lost)} of {len(fresh)} target replies failed: {lost[-1].error}"
+            log.warning("epoch %d: no consolidation, %s", epoch, reason)
+            record: dict[str, Any] = {"epoch": epoch, "outcome": "failed", "reason": reason}
         else:
-            after_scores, _ = self.score(candidate, "gate")
-            if consolidation.gated:
-                decision = self.gate.decide(self.current_scores, after_scores)
-                record["decision"] = decision.to_dict()
-                accepted = decision.accepted
-            else:
-                accepted = True
-                record["scores"] = after_scores.to_dict()
-            record["outcome"] = "accepted" if accepted else "rejected"
-            if accepted:
-                self._adopt(candidate, after_scores, self.step, "consolidation")
+            result = propose(
+                self.reflector, self.current, consolidation.region, before, after, self.evidence
+            )
+            record = {"epoch": epoch, **result.to_dict()}
+            candidate = result.candidate
+            record.update(self._judge_consolidation(candidate))
         record["version"] = self.current_version
 
         def fill(tmp: Path) -> None:
@@ -512,27 +847,81 @@ class SkillTrainer:
 
         atomic_write_dir(self.run.consolidation_dir(epoch), fill)
 
+    def _judge_consolidation(self, candidate: SkillDocument | None) -> dict[str, Any]:
+        """Adopt the consolidated skill if it passes the gate (or the gate is off for it); what
+        happened, for `consolidation.json`."""
+        if candidate is None or candidate == self.current:
+            return {"outcome": "unchanged"}
+        limit = self.config.skill.max_chars
+        if len(candidate.text) > limit:
+            return {
+                "outcome": "rejected",
+                "reason": f"{len(candidate.text)} characters, more than skill.max_chars ({limit})",
+            }
+        _, current = self.score(self.current, "gate")
+        _, rollouts = self.score(candidate, "gate")
+        current, rollouts = _both_answered(current, rollouts)
+        after_scores = aggregate(rollouts)
+        out: dict[str, Any] = {}
+        if self.config.consolidation.gated:
+            decision = self.gate.decide(aggregate(current), after_scores)
+            out["decision"] = decision.to_dict()
+            accepted = decision.accepted
+        else:
+            accepted = True
+            out["scores"] = after_scores.to_dict()
+        out["outcome"] = "accepted" if accepted else "rejected"
+        if accepted:
+            self._adopt(candidate, after_scores, self.step, "consolidation")
+        return out
+
     # ------------------------------------------------------------------ the loop
 
     def _finished(self) -> bool:
-        """Whether the run has done all its steps and written its summary."""
-        return self.step >= self.total_steps and self.run.read_summary().get("steps") == self.step
+        """Whether the run has done all its steps, or stopped for a budget or patience that the
+        config in force still has, and written its summary. A run that did all its steps with
+        its budget spent skipped the held-out evaluation: with a larger budget it is not done."""
+        summary = self.run.read_summary()
+        if summary.get("steps") != self.step:
+            return False
+        if self.step < self.total_steps:
+            return self._persistent_stop() is not None
+        stopped = summary.get("stopped") or {}
+        return stopped.get("kind") != "budget" or self._persistent_stop() is not None
 
     def train(self, resume: bool = False) -> dict[str, Any]:
+        """Run (or resume) the whole loop; the summary. A stop on an error (a misbehaving
+        server) raises `RunStopped` once the summary is written."""
         if not self.setup(resume):
             return self.run.read_summary()
         if self._epoch_ends_now():  # a resumed run that stopped right at an epoch's end
             self.close_epoch()
             self.save()
-        self.life.steps(self, "skill steps", self.total_steps)
-        return self.life.close(self.summary(self.life.seconds))
+        stop = self.life.steps(self, "skill steps", self.total_steps)
+        spent = budget_spent(self.config.budget, self.usage.totals())
+        if stop is None and spent is not None:  # at the last step: no evaluation beyond it
+            stop = Stop("budget", spent)
+        summary = self.life.close(self.summary(self.life.seconds, stop))
+        if stop is not None and stop.error:
+            raise RunStopped(stop, self.step, self.saved())
+        return summary
 
     def evaluate(self, skill: SkillDocument) -> dict[str, float]:
         ev = self.config.eval
         items = evaluation_items(self.envs, ev.split, ev.num_items)
-        return metrics(self.runner.run(skill, items, "eval"))
+        rollouts = self.runner.run(skill, items, "eval")
+        self._step_target = [0, 0]
+        self._check_target(rollouts, f"evaluating on {ev.split}", in_step=False)
+        return metrics(rollouts)
 
-    def summary(self, seconds: float) -> dict[str, Any]:
+    def _held_out(self, stop: Stop | None) -> tuple[dict[str, Any], str | None]:
+        """The held-out evaluation of the initial, best (and final) skills, or why it was
+        skipped: a run stopped by its budget must not spend more, nor one stopped by a server
+        that misbehaves."""
+        if stop is not None and stop.kind != "patience":
+            return {}, (
+                f"stopped ({stop.kind}): score best_skill.md with honed skills eval --run-dir"
+            )
         store = self.run.skills
         with self.reporter.status(
             f"evaluating the initial and best skills on {self.config.eval.split}"
@@ -543,16 +932,27 @@ class SkillTrainer:
             }
             if self.current_version != self.best_version:
                 held_out["final"] = self.evaluate(self.current)
-        by_outcome: dict[str, list[int]] = {"accepted": [], "rejected": [], "unchanged": []}
+        return held_out, None
+
+    def summary(self, seconds: float, stop: Stop | None = None) -> dict[str, Any]:
+        held_out, skipped = self._held_out(stop)
+        by_outcome: dict[str, list[int]] = {
+            "accepted": [],
+            "rejected": [],
+            "unchanged": [],
+            "skipped": [],
+        }
         for record in self.history:
             by_outcome[record["outcome"]].append(record["step"])
         return {
             "steps": self.step,
             "epochs": self.epochs_closed,
             "steps_per_epoch": self.steps_per_epoch,
+            "stopped": None if stop is None else stop.to_dict(self.step),
             "accepted_steps": by_outcome["accepted"],
             "rejected_steps": by_outcome["rejected"],
             "unchanged_steps": by_outcome["unchanged"],
+            "skipped_steps": by_outcome["skipped"],
             "budget_per_step": [r["budget"] for r in self.history],
             "applied_per_step": [r["applied"] for r in self.history],
             "gate": {
@@ -571,6 +971,7 @@ class SkillTrainer:
             "best_skill": str(self.run.best_path),
             "eval_split": self.config.eval.split,
             "eval": held_out,
+            "eval_skipped": skipped,
             "tokens": self.usage.usage(),
             "cache": {
                 "entries": len(self.cache),
@@ -600,4 +1001,13 @@ def evaluate_skill(
         if not items:
             raise HonedError(f"no environment has items in the '{split}' split")
         with reporter.status(f"evaluating on {len(items)} {split} items"):
-            return metrics(runner.run(skill, items, "eval"))
+            rollouts = runner.run(skill, items, "eval")
+        lost = [r for r in rollouts if not r.answered]
+        if lost:
+            log.warning(
+                "%d of %d items got no answer and are left out of the scores: %s",
+                len(lost),
+                len(rollouts),
+                lost[-1].error,
+            )
+        return metrics(rollouts)

@@ -104,6 +104,8 @@ class _Run:
     samples: list[Sample] = field(default_factory=list)
     outcomes: list[ChunkOutcome] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
+    # per chunk: the chunk, the reply with its calls, the results and the memory after it
+    turns: list[dict[str, Any]] = field(default_factory=list)
 
 
 class MemoryEnv:
@@ -277,6 +279,16 @@ class MemoryEnv:
             else "; ".join(r.message for r in outcome.results) or "no calls"
         )
         run.log.append(f"chunk: {chunk}\n> {sample.text}\n= {said}")
+        run.turns += [
+            {"role": "user", "content": chunk},
+            {
+                "role": "assistant",
+                "content": sample.text,
+                "segment": len(run.samples) - 1,
+                "tool_calls": [{"name": c.name, "arguments": c.arguments} for c in parsed.calls],
+            },
+            {"role": "tool", "content": said, "memory": run.memory.to_dict()},
+        ]
 
     def _trajectory(self, inst: Instance, run: _Run) -> Trajectory:
         scores = answer_scores(run.memory, inst.questions, self.reader, self.top_k)
@@ -316,6 +328,7 @@ class MemoryEnv:
                 "memory": run.memory.to_dict(),
                 "chunk_rewards": rewards,
                 "answers": scores,
+                "turns": run.turns,
             },
         )
 

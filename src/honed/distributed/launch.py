@@ -1,0 +1,129 @@
+"""`honed train CONFIG --nproc N`: start N learner processes on this machine, as
+`torchrun --standalone --nproc-per-node N -m honed train CONFIG` would, and stop them together.
+
+honed starts them itself rather than through torchrun's agent so that a Ctrl-C reaches each
+process exactly once, as the single-process run takes it (the step under way finishes, every
+process agrees to stop after it, rank 0 saves the checkpoint, exit code 130), and so that one
+process failing stops the others at once instead of leaving them waiting at a collective
+(the terminal shows that process's error and one line naming it, not the others' echoes of
+it: `report_lost_peers`; the checkpoints already written stay as they were). The
+processes run in a session of their own (the terminal's Ctrl-C goes to this launcher, which
+passes it on once). For several machines, use torchrun: honed reads its environment
+(`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+# Seconds the other processes get to stop after one failed, before they are killed.
+GRACE_S = 10.0
+# Set in the environment of the processes this launcher starts.
+LAUNCHED = "HONED_LAUNCHED"
+# How long a process that lost contact with the others waits for this launcher to stop it.
+LOST_PEERS_WAIT_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(argv: list[str], nproc: int) -> int:
+    """Run `python -m honed *argv` as `nproc` learner processes; their exit code (the first
+    failure's, else 130 when interrupted, else 0)."""
+    env = {
+        **os.environ,
+        LAUNCHED: "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "WORLD_SIZE": str(nproc),
+        "LOCAL_WORLD_SIZE": str(nproc),
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "honed", *argv],
+            env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+            start_new_session=True,
+        )
+        for rank in range(nproc)
+    ]
+
+    def forward(signum: int, frame: object) -> None:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+
+    previous = signal.signal(signal.SIGINT, forward)
+    try:
+        return _wait(procs)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+
+
+def _wait(procs: list[subprocess.Popen]) -> int:
+    """Wait for every process; when one fails, stop the others (SIGTERM, then SIGKILL)."""
+    codes: dict[int, int] = {}
+    while len(codes) < len(procs):
+        for rank, proc in enumerate(procs):
+            code = proc.poll()
+            if code is None or rank in codes:
+                continue
+            codes[rank] = code
+            if code not in (0, 130):
+                _stop(procs)
+                print(
+                    f"honed: learner process {rank} exited with code {code}; stopped the others",
+                    file=sys.stderr,
+                )
+                return code
+        time.sleep(0.1)
+    return 130 if 130 in codes.values() else 0
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + GRACE_S
+    for proc in procs:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def report_lost_peers(exc: BaseException) -> None:
+    """In a learner process, an error `exc` that came out of a collective call: another
+    process failed (or the network between them did), and this one is only its echo.
+
+    Under `honed train --nproc`, the launcher is told of the process that failed (which
+    printed its own error) and stops this one within moments: wait for it, silently, so that
+    the terminal shows one error and one line naming the process. Under another launcher
+    (torchrun) or if none comes, one line says what happened instead of a collective's
+    traceback; then exit. Any other error returns, to be reported as it is.
+    """
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not any(Path(f.filename).name == "distributed_c10d.py" for f in frames):
+        return
+    if os.environ.get(LAUNCHED):
+        time.sleep(LOST_PEERS_WAIT_S)  # the launcher's SIGTERM ends this process first
+    rank = os.environ.get("RANK", "?")
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    print(
+        f"honed: learner process {rank} lost contact with the others ({first[:200]}); "
+        "the process that failed first says why",
+        file=sys.stderr,
+    )
+    sys.exit(1)
