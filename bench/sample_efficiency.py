@@ -64,7 +64,8 @@ NO_DYNAMIC_SAMPLING = "-nods"
 # what may differ between result files reported together (`--results A.json B.json`)
 VARY_BETWEEN_FILES = {
     *("seeds", "jobs", "threads", "out", "plot", "work", "results", "machine", "date"),
-    *("gains", "gain"),
+    *("gains", "gain", "collect"),
+    *("arms", "strategies", "baseline"),  # files may hold other arms of a seed (merged below)
 }
 ARMS = (*STRATEGIES, *(s + NO_DYNAMIC_SAMPLING for s in STRATEGIES))
 
@@ -416,7 +417,15 @@ def load_results(paths: list[Path]) -> tuple[dict, list[dict]]:
         seeds = setting.get("seeds", []) + [
             s for s in these["seeds"] if s not in setting.get("seeds", [])
         ]
-        setting = these | {"seeds": seeds}
+        arms = setting.get("arms", []) + [
+            a for a in these["arms"] if a not in setting.get("arms", [])
+        ]
+        # the first file's baseline stays (a file of the remaining arms of a seed has another)
+        setting = these | {
+            "seeds": seeds,
+            "arms": arms,
+            "baseline": setting.get("baseline") or these.get("baseline", "uniform"),
+        }
         results += saved["results"]
     runs = [(r["seed"], r.get("arm") or r["strategy"]) for r in results]
     if len(set(runs)) < len(runs):
