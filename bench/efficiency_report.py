@@ -24,6 +24,9 @@ COLOURS = {
 }
 
 
+NOT_RUN = "not run"  # a seed this arm has no result for (e.g. an interrupted benchmark)
+
+
 def arm_of(result: dict) -> str:
     return result.get("arm") or result["strategy"]  # result files before arms: "strategy"
 
@@ -72,7 +75,11 @@ def report(args: argparse.Namespace, results: list[dict]) -> None:
         table(
             header,
             [
-                [a, *(hits[a][s].cell() for s in seeds), median_cell(list(hits[a].values()))]
+                [
+                    a,
+                    *(hits[a][s].cell() if s in hits[a] else NOT_RUN for s in seeds),
+                    median_cell(list(hits[a].values())),
+                ]
                 for a in arms
             ],
         )
@@ -83,17 +90,20 @@ def report(args: argparse.Namespace, results: list[dict]) -> None:
         for a in arms:
             if a == base:
                 continue
-            per_seed = [ratio(hits[a][s], hits[base][s]) for s in seeds]
-            exact = spread([r.value for r in per_seed])
+            # seeds where either run was not made have no ratio (and no bound)
+            both = [s for s in seeds if s in hits[a] and s in hits[base]]
+            per_seed = {s: ratio(hits[a][s], hits[base][s]) for s in both}
+            exact = spread([r.value for r in per_seed.values()])
             medians = [censored_median(list(hits[x].values()))[0] for x in (a, base)]
             of_medians = f"{medians[0] / medians[1]:.2f}" if None not in medians else "–"
-            ratio_rows.append([a, *(r.cell() for r in per_seed), exact.text(), of_medians])
+            cells = [per_seed[s].cell() if s in per_seed else NOT_RUN for s in seeds]
+            ratio_rows.append([a, *cells, exact.text(), of_medians])
             summary_rows.append(
                 [
                     f"+{gain:g}",
                     a,
-                    f"{sum(not c.censored for c in hits[a].values())} / {len(seeds)}",
-                    f"{sum(not c.censored for c in hits[base].values())} / {len(seeds)}",
+                    f"{sum(not c.censored for c in hits[a].values())} / {len(hits[a])}",
+                    f"{sum(not c.censored for c in hits[base].values())} / {len(hits[base])}",
                     exact.text(),
                     of_medians,
                 ]
