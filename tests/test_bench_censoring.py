@@ -114,7 +114,21 @@ def test_report_never_turns_a_censored_baseline_into_a_ratio(
         _result(2, "uniform", [0.2, 0.2, 0.25, 0.25, 0.25], 1000),
         _result(2, "frontier", [0.2, 0.3, 0.3, 0.3, 0.3], 1000),
     ]
-    args = argparse.Namespace(
+    report(_args(), results)
+    out = capsys.readouterr().out
+    assert "| uniform | 2,000 (10) | > 4,000 (censored) |" in out
+    # the per-seed ratio of seed 2 is a bound, 1,000 / 4,000, never the number 0.25
+    assert "| frontier | 0.50 | < 0.25 |" in out
+    # the summary over seeds uses seed 1's exact ratio only, and says one more was a bound
+    assert "median 0.50, mean 0.50, range 0.50–0.50, n = 1; 1 more not exact" in out
+    # uniform's median over 2 seeds is not known with one censored: no ratio of medians
+    assert "| uniform | 2,000 (10) | > 4,000 (censored) | 1 of 2 censored |" in out
+    assert "| +0.1 | frontier | 2 / 2 | 1 / 2 | median 0.50" in out
+    assert "n = 1; 1 more not exact | – |" in out
+
+
+def _args(**changes: object) -> argparse.Namespace:
+    settings = dict(
         arms=["uniform", "frontier"],
         seeds=[1, 2],
         baseline="uniform",
@@ -136,17 +150,7 @@ def test_report_never_turns_a_censored_baseline_into_a_ratio(
         lr=3e-4,
         eval_every=5,
     )
-    report(args, results)
-    out = capsys.readouterr().out
-    assert "| uniform | 2,000 (10) | > 4,000 (censored) |" in out
-    # the per-seed ratio of seed 2 is a bound, 1,000 / 4,000, never the number 0.25
-    assert "| frontier | 0.50 | < 0.25 |" in out
-    # the summary over seeds uses seed 1's exact ratio only, and says one more was a bound
-    assert "median 0.50, mean 0.50, range 0.50–0.50, n = 1; 1 more not exact" in out
-    # uniform's median over 2 seeds is not known with one censored: no ratio of medians
-    assert "| uniform | 2,000 (10) | > 4,000 (censored) | 1 of 2 censored |" in out
-    assert "| +0.1 | frontier | 2 / 2 | 1 / 2 | median 0.50" in out
-    assert "n = 1; 1 more not exact | – |" in out
+    return argparse.Namespace(**(settings | changes))
 
 
 def test_result_files_of_other_seeds_are_reported_together(tmp_path: Path) -> None:
@@ -169,3 +173,39 @@ def test_result_files_of_other_seeds_are_reported_together(tmp_path: Path) -> No
         load_results([write("a", [20]), write("c", [21], max_rollouts=200)])
     with pytest.raises(SystemExit, match="more than once"):
         load_results([write("a", [20]), write("d", [20])])
+
+
+def test_an_arm_missing_a_seed_is_shown_as_not_run_and_given_no_ratio(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    results = [
+        _result(1, "uniform", [0.2, 0.25, 0.3, 0.3, 0.3], 1000),
+        _result(1, "frontier", [0.2, 0.25, 0.3, 0.3, 0.3], 500),
+        _result(2, "uniform", [0.2, 0.3, 0.3, 0.3, 0.3], 1000),  # frontier's seed 2 never ran
+    ]
+    report(_args(), results)
+    out = capsys.readouterr().out
+    assert "| frontier | 1,000 (10) | not run | 1,000 |" in out
+    assert "| frontier | 0.50 | not run | median 0.50, mean 0.50, range 0.50–0.50, n = 1 |" in out
+    # reached counts are out of the runs each arm has, not out of every seed
+    assert "| +0.1 | frontier | 1 / 1 | 2 / 2 |" in out
+
+
+def test_a_seeds_remaining_arms_from_another_file_are_merged(tmp_path: Path) -> None:
+    import json
+
+    from sample_efficiency import load_results
+
+    def write(name: str, arms: list[str], baseline: str) -> Path:
+        path = tmp_path / name
+        runs = [_result(21, a, [0.2, 0.3], 100) for a in arms]
+        base = {"seeds": [21], "arms": arms, "baseline": baseline, "max_rollouts": 100}
+        path.write_text(json.dumps({"setting": base, "results": runs}))
+        return path
+
+    first = write("a", ["uniform", "frontier"], "uniform")
+    rest = write("b", ["easy_first", "uniform-nods"], "easy_first")
+    setting, results = load_results([first, rest])
+    assert setting["arms"] == ["uniform", "frontier", "easy_first", "uniform-nods"]
+    assert setting["baseline"] == "uniform"  # the first file's
+    assert len(results) == 4
