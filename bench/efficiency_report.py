@@ -171,7 +171,11 @@ def costs(runs: dict[str, dict[int, dict]], seeds: Sequence[int], gains: Sequenc
         best = [max(p[1] for p in r["curve"]) - r["warm_start_accuracy"] for r in rs]
         cpu = [r["train_cpu_seconds"] for r in rs if "train_cpu_seconds" in r]
         wall = [r["train_wall_seconds"] for r in rs if "train_wall_seconds" in r]
-        per_k = [1000 * r["train_cpu_seconds"] / r["rollouts_total"] for r in rs if cpu]
+        per_k = [
+            1000 * r["train_cpu_seconds"] / r["rollouts_total"]
+            for r in rs
+            if "train_cpu_seconds" in r
+        ]
         useful = [r["groups"]["with_spread"] / r["groups"]["drawn"] for r in rs if "groups" in r]
         batch = [
             r["groups"]["batch_success"] for r in rs if r.get("groups", {}).get("batch_success")
