@@ -21,6 +21,7 @@ COLOURS = {
     "competence_based": "#238b45",
     "easy_first": "#2171b5",
     "uniform-nods": "#969696",
+    "frontier-nods": "#fdae6b",
 }
 
 
