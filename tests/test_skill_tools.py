@@ -32,10 +32,10 @@ PRICES: dict[str, int] = json.loads((EXAMPLE / "world.json").read_text())["price
 BOTH = "- Look up both products in one turn."
 
 
-def rows(split: str, kinds: dict[str, int]) -> list[dict[str, Any]]:
-    """The first rows of each kind in the example's split."""
+def rows(split: str, kinds: dict[str, int], skip: int = 0) -> list[dict[str, Any]]:
+    """The first rows of each kind in the example's split, after its first `skip` rows."""
     out, left = [], dict(kinds)
-    for line in (EXAMPLE / f"{split}.jsonl").read_text().splitlines():
+    for line in (EXAMPLE / f"{split}.jsonl").read_text().splitlines()[skip:]:
         row = json.loads(line)
         if left.get(row["kind"], 0) > 0:
             left[row["kind"]] -= 1
@@ -46,7 +46,7 @@ def rows(split: str, kinds: dict[str, int]) -> list[dict[str, Any]]:
 def env_args(folder: Path) -> dict[str, Any]:
     splits = {
         "train": rows("train", {"price": 2, "times": 2, "sum": 4}),
-        "validation": rows("train", {"price": 1, "times": 1, "sum": 2})[::-1][:4],
+        "validation": rows("train", {"price": 1, "times": 1, "sum": 2}, skip=400),
         "test": rows("test", {"price": 2, "times": 1, "sum": 3}),
     }
     paths = {}
@@ -66,12 +66,12 @@ def env_args(folder: Path) -> dict[str, Any]:
     }
 
 
-def call(ident: str, name: str, **arguments: Any) -> dict[str, Any]:
+def call(ident: str, tool: str, **arguments: Any) -> dict[str, Any]:
     """A `tool_calls` entry as servers send it: arguments as a JSON string."""
     return {
         "id": ident,
         "type": "function",
-        "function": {"name": name, "arguments": json.dumps(arguments)},
+        "function": {"name": tool, "arguments": json.dumps(arguments)},
     }
 
 

@@ -6,7 +6,8 @@ itself; the skill loop drives a served model, so it speaks the server's native t
 reply's `tool_calls` are run by the environment's toolbox (the same tools, time limit and error
 messages as in training), and the results go back as `tool` messages answering each call by its
 `tool_call_id`. The conversation ends on a reply without calls (the answer), after the
-environment's `max_turns` replies, or on a reply cut at `max_tokens`. All conversations of a
+environment's `max_turns` replies (the last one's calls still run, as in training), or on a
+reply cut at `max_tokens`. All conversations of a
 batch advance together, one round of requests per turn, and the calls of a round run together
 (async tools concurrently).
 
@@ -90,7 +91,7 @@ def run_conversations(
                 yield index, result
                 continue
             conversation = conversations[index]
-            if _take_reply(conversation, result) and turn + 1 < env.max_turns:
+            if _take_reply(conversation, result):
                 calling.append(index)
             else:
                 yield index, conversation
@@ -101,7 +102,7 @@ def run_conversations(
         calling.sort()
         _run_calls(env, [conversations[i] for i in calling])
         active = calling
-    for index in active:  # reached only with max_turns < 1, which the environment refuses
+    for index in active:  # the last turn's calls ran, as in training, but the turns are spent
         yield index, conversations[index]
 
 
