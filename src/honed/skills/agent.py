@@ -75,7 +75,7 @@ def run_conversations(
     conversations = [Conversation(list(m), len(m)) for m in requests]
     active = list(range(len(conversations)))
     failures = 0
-    for turn in range(env.max_turns):
+    for _ in range(env.max_turns):
         if not active:
             return
         calling: list[int] = []
