@@ -229,6 +229,17 @@ def test_cached_conversations_are_scored_again_without_calling_the_target(no_pro
     assert [(r.hard, r.soft, r.messages) for r in second] == [
         (r.hard, r.soft, r.messages) for r in first
     ]
+    # A cached rollout without its conversation (a plain reply) cannot be scored: asked again.
+    lines = (tmp_path / "rollouts.jsonl").read_text().splitlines()
+    stripped = [json.loads(line) for line in lines]
+    for row in stripped:
+        row["rollout"]["messages"] = None
+    (tmp_path / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in stripped))
+    with FakeOpenAIServer(agent) as server:
+        env, run = runner(server, tmp_path, RolloutCache(tmp_path / "rollouts.jsonl"))
+        third = run.run(SkillDocument(BOTH), items, "rollout")
+        assert server.chat_requests
+    assert not any(r.cached for r in third) and all(r.hard == 1.0 for r in third)
 
 
 def test_the_reflector_reads_the_calls_and_results(no_proxy, tmp_path):
