@@ -237,8 +237,12 @@ def test_chat_message_prompts_are_items_and_reach_the_reward_as_trl_passes_them(
     )
     assert other.items("train")[0].key == items[0].key
     seen = []
-    env._fn = lambda completions, **kw: seen.append(completions) or [0.0] * len(completions)
-    env._accepts = None
+
+    def record(completions, **kw):
+        seen.append(completions)
+        return [0.0] * len(completions)
+
+    env = DatasetEnv("ds", path=str(data), reward=record, test_fraction=0.0)
     env.score_batch(items, ["8", "2"])
     assert seen == [[[{"role": "assistant", "content": "8"}], "2"]]
 

@@ -89,6 +89,7 @@ def test_the_builtin_names():
         "dataset",
         "qa",
         "memory",
+        "tools",
     }
 
 
@@ -97,7 +98,8 @@ def test_unknown_environment_suggests_and_lists():
         build_env("additon", "x", seed=0, args={})
     assert str(info.value) == (
         "unknown environment 'additon' (did you mean 'addition'?); available: "
-        "addition, arithmetic, countdown, dataset, memory, qa, reverse, sort (or a class as 'module:Class')"
+        "addition, arithmetic, countdown, dataset, memory, qa, reverse, sort, tools "
+        "(or a class as 'module:Class')"
     )
 
 

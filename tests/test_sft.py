@@ -9,13 +9,22 @@ from honed.config import PolicyConfig, SFTConfig, TinyModelConfig
 from honed.models.policy import Policy
 from honed.rl.sft import _batch, run_sft
 
-EXAMPLES = [([1, 10, 11, 12], [20, 21, 2]), ([1, 13], [22, 2])]
+EXAMPLES = [([1, 10, 11, 12], [20, 21, 2], [1, 1, 1]), ([1, 13], [22, 2], [1, 1])]
+# A multi-turn reference: the model's turn, a tool result (mask 0), the model's answer.
+TURNS = [([1, 10], [20, 2, 30, 31, 21, 2], [1, 1, 0, 0, 1, 1])]
 
 
 def test_targets_only_by_default():
     batch, weights = _batch(EXAMPLES, pad_id=0, prompt_weight=0.0)
     assert batch.completion_ids.tolist() == [[20, 21, 2], [22, 2, 0]]
     assert weights.tolist() == [[1, 1, 1], [1, 1, 0]]
+
+
+def test_masked_target_tokens_are_not_trained_unless_prompts_are():
+    _, weights = _batch(TURNS, pad_id=0, prompt_weight=0.0)
+    assert weights.tolist() == [[1, 1, 0, 0, 1, 1]]
+    _, weights = _batch(TURNS, pad_id=0, prompt_weight=0.25)
+    assert weights.tolist() == [[0.25, 1, 1, 0.25, 0.25, 1, 1]]
 
 
 def test_prompt_tokens_join_the_loss_at_their_weight():

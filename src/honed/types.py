@@ -71,12 +71,14 @@ class Score:
 
     `reward` is what the optimiser maximises (it may give partial credit); `success` is exact-task
     success in [0, 1] (the *hard* score: `accuracy` is its mean); `components` are the named
-    parts of the reward, logged one by one.
+    parts of the reward, logged one by one; `info` goes into the trajectory's `info` (what a
+    reward function reported beside its values: timeouts, unreadable verdicts).
     """
 
     reward: float
     success: float = 0.0
     components: dict[str, float] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

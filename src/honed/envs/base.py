@@ -84,6 +84,27 @@ class Table:
 
 
 @runtime_checkable
+class StepMetrics(Protocol):
+    """An environment with metrics of its own for each step's groups (optional): the trainer
+    logs them with the step and `honed eval` reports them (turns and tool calls per episode,
+    reward functions' timeouts, ...). Keys are full metric names."""
+
+    def step_metrics(self, groups: Sequence[Group]) -> dict[str, float]: ...
+
+
+@runtime_checkable
+class TokenReferences(Protocol):
+    """An environment whose reference solutions are token sequences with a loss mask (optional;
+    multi-turn ones: the model's turns are trained on, tool results are not). Warm-start uses
+    `sft_sequences` instead of `sft_examples` when an environment has it; `policy` gives the
+    tokenizer and chat template."""
+
+    def sft_sequences(
+        self, item: Item, policy: Any
+    ) -> list[tuple[list[int], list[int], list[int]]]: ...
+
+
+@runtime_checkable
 class Reporting(Protocol):
     """An environment whose evaluation says more than one accuracy (optional).
 
@@ -159,6 +180,7 @@ class SingleTurnEnv(abc.ABC):
                         components=dict(score.components),
                         prompt_text=prompt_text(prompts[i]),
                         completion_text=sample.text,
+                        info=dict(score.info),
                     )
                 )
             groups.append(Group(self.name, item.key, trajectories, level=item.level))

@@ -1,12 +1,14 @@
-"""The user's own task: a JSONL file of prompts plus any columns, and a reward function.
+"""The user's own task: a JSONL file of prompts plus any columns, and reward functions.
 
-The reward function has the TRL signature, so one written for `GRPOTrainer` works here as is:
+A reward function has the TRL signature, so one written for `GRPOTrainer` works here as is:
 
     def exact(completions, answer, **kwargs) -> list[float]: ...
 
 It is called with `prompts`, `completions` (raw text, not stripped), `completion_ids` and every
 other column of the file as a keyword argument holding a list aligned with the completions (rows
 without a column give `None`). A function without `**kwargs` gets only the arguments it names.
+Several functions with `reward_weights`, `async def` ones and the built-in `llm_judge` and
+`reward_model` are `honed.envs.rewards`.
 The prompt column holds text or a list of chat messages (system, user, few-shot turns; rendered
 by the tokenizer's chat template, so `policy.chat_template: true`); as in TRL, a chat prompt's
 completion is passed as `[{"role": "assistant", "content": text}]`.
@@ -23,7 +25,6 @@ order or the seed. A prompt that appears several times is kept every time, under
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import logging
 import math
@@ -33,9 +34,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from honed.envs.base import SingleTurnEnv
+from honed.envs.rewards import Rewarded, RewardSet
 from honed.errors import HonedError
-from honed.types import SPLITS, Item, Prompt, Score, message_problem, prompt_text
-from honed.user_code import load_object
+from honed.types import SPLITS, Group, Item, Prompt, Score, message_problem, prompt_text
 
 log = logging.getLogger(__name__)
 
@@ -95,17 +96,18 @@ def read_jsonl(
     return rows
 
 
-class JsonlEnv(SingleTurnEnv):
+class JsonlData:
     """What every environment over JSONL files shares: reading the files (errors with line
     numbers), disjoint splits by prompt hash, items keyed by `<name>:<hash>`, argument checks.
 
-    Subclasses call `_load` from their constructor and add prompts and scoring.
+    Subclasses call `_load` from their constructor and add prompts and scoring; single-turn
+    ones through `JsonlEnv`, multi-turn ones (`honed.envs.tools`) directly.
     """
 
     type_name: ClassVar[str] = "jsonl"  # as errors name it: "environment 'x' (dataset): ..."
 
     def __init__(self, name: str, seed: int, prompt_field: str) -> None:
-        super().__init__(name)
+        self.name = name
         if not isinstance(prompt_field, str):
             raise self._fail(f"prompt_field must be a string, got {prompt_field!r}")
         self.seed = seed
@@ -215,12 +217,18 @@ class JsonlEnv(SingleTurnEnv):
         return value
 
 
-class DatasetEnv(JsonlEnv):
-    """Prompts from a JSONL file, scored by a user reward function named `module:function` or
-    `path/to/file.py:function`.
+class JsonlEnv(JsonlData, SingleTurnEnv):
+    """A single-turn environment over JSONL files (`dataset`, `qa`)."""
 
-    `success` is `reward >= success_threshold`. `seed` is accepted for the common constructor
-    but nothing depends on it: splits come from prompt hashes and items keep file order.
+
+class DatasetEnv(JsonlEnv):
+    """Prompts from a JSONL file, scored by the user's reward functions (`module:function` or
+    `path/to/file.py:function`, one or several with `reward_weights`, or built-ins:
+    `honed.envs.rewards`).
+
+    `success` is `reward >= success_threshold` (the weighted sum). `seed` is accepted for the
+    common constructor but nothing depends on it: splits come from prompt hashes and items keep
+    file order.
     """
 
     type_name = "dataset"
@@ -231,7 +239,9 @@ class DatasetEnv(JsonlEnv):
         seed: int = 0,
         *,
         path: str,
-        reward: str,
+        reward: Any,
+        reward_weights: Any = None,
+        reward_timeout: float | None = 60.0,
         prompt_field: str = "prompt",
         reference_field: str | None = None,
         test_path: str | None = None,
@@ -244,29 +254,21 @@ class DatasetEnv(JsonlEnv):
         self.reference_field = reference_field
         self.success_threshold = self._check_number("success_threshold", success_threshold)
         rows = self._load(path, test_path, validation_path, test_fraction, validation_fraction)
-        self.columns = self._columns(rows)
+        self.columns = data_columns(rows, self.prompt_field, RESERVED, self._fail)
         if reference_field is not None and reference_field not in self.columns:
             raise self._fail(
                 f"reference_field '{reference_field}' is not a column of the data "
                 f"(columns: {', '.join(self.columns) or 'none'})"
             )
         self.reward_spec = reward
-        self._load_reward()
-
-    # Data ----------------------------------------------------------------------------------
-
-    def _columns(self, rows: list[dict[str, Any]]) -> list[str]:
-        """Every field but the prompt, in order of first appearance."""
-        columns: dict[str, None] = {}
-        for row in rows:
-            columns.update((k, None) for k in row if k != self.prompt_field)
-        for column in columns:
-            if column in RESERVED:
-                raise self._fail(
-                    f"column '{column}' clashes with an argument honed passes to the reward "
-                    f"function ({', '.join(RESERVED)}); rename it in the data"
-                )
-        return list(columns)
+        self.rewards = RewardSet(
+            f"environment '{name}' ({self.type_name})",
+            reward,
+            reward_weights,
+            reward_timeout,
+            passed=(*RESERVED, *self.columns),
+            columns=self.columns,
+        )
 
     def reference(self, item: Item) -> str | None:
         if self.reference_field is None:
@@ -275,46 +277,6 @@ class DatasetEnv(JsonlEnv):
         if value is None or isinstance(value, str):
             return value
         return json.dumps(value)
-
-    # The reward function -------------------------------------------------------------------
-
-    def _load_reward(self) -> None:
-        """Import the reward function and check now, before any training, that every argument
-        it requires will be passed."""
-        fn = load_object(self.reward_spec, "reward function")
-        if not callable(fn):
-            raise self._fail(f"reward function '{self.reward_spec}' is not callable")
-        self._fn: Callable[..., Any] = fn
-        self._accepts: set[str] | None = None
-        try:
-            parameters = inspect.signature(fn).parameters.values()
-        except (TypeError, ValueError):  # builtins without a signature: pass everything
-            return
-        if any(p.kind is p.VAR_KEYWORD for p in parameters):
-            return
-        self._accepts = {p.name for p in parameters}
-        passed = {*RESERVED, *self.columns}
-        for p in parameters:
-            needed = p.default is p.empty and p.kind is not p.VAR_POSITIONAL
-            if needed and (p.kind is p.POSITIONAL_ONLY or p.name not in passed):
-                raise self._fail(
-                    f"reward function '{self.reward_spec}' requires argument '{p.name}', which "
-                    f"is not a column of the data (columns: {', '.join(self.columns) or 'none'})"
-                )
-
-    def __getstate__(self) -> dict[str, Any]:
-        # A function loaded from a file cannot be pickled by reference; workers re-import it.
-        state = dict(self.__dict__)
-        del state["_fn"], state["_accepts"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._load_reward()
-
-    @property
-    def reward_name(self) -> str:
-        return getattr(self._fn, "__name__", "reward_fn")
 
     def score_batch(
         self,
@@ -336,33 +298,54 @@ class DatasetEnv(JsonlEnv):
         }
         for column in self.columns:
             kwargs[column] = [item.data.get(column) for item in items]
-        if self._accepts is not None:
-            kwargs = {k: v for k, v in kwargs.items() if k in self._accepts}
-        rewards = self._call(kwargs, len(items))
-        name = self.reward_name
-        return [
-            Score(reward=r, success=float(r >= self.success_threshold), components={name: r})
-            for r in rewards
-        ]
+        return scores_of(self.rewards(items, kwargs), self.success_threshold)
 
-    def _call(self, kwargs: dict[str, Any], expected: int) -> list[float]:
-        """Call the reward function and insist on `expected` finite numbers."""
-        who = f"reward function '{self.reward_spec}'"
-        try:
-            result = self._fn(**kwargs)
-        except Exception as exc:
-            raise HonedError(f"{who} raised {type(exc).__name__}: {exc}") from exc
-        if hasattr(result, "tolist"):  # NumPy arrays and tensors
-            result = result.tolist()
-        if not isinstance(result, (list, tuple)):
-            raise HonedError(f"{who} must return a list of floats, got {type(result).__name__}")
-        if len(result) != expected:
-            raise HonedError(f"{who} returned {len(result)} rewards for {expected} completions")
-        rewards = []
-        for index, value in enumerate(result):
-            if not isinstance(value, numbers.Real) or not math.isfinite(value):
-                raise HonedError(
-                    f"{who} returned {value!r} at index {index}; rewards must be finite numbers"
-                )
-            rewards.append(float(value))
-        return rewards
+    def step_metrics(self, groups: Sequence[Group]) -> dict[str, float]:
+        return reward_problems(self.name, self.rewards.names, groups)
+
+
+def data_columns(
+    rows: list[dict[str, Any]],
+    prompt_field: str,
+    reserved: Sequence[str],
+    fail: Callable[[str], HonedError],
+) -> list[str]:
+    """Every field but the prompt, in order of first appearance; none may take a name honed
+    passes to the reward functions itself."""
+    columns: dict[str, None] = {}
+    for row in rows:
+        columns.update((k, None) for k in row if k != prompt_field)
+    for column in columns:
+        if column in reserved:
+            raise fail(
+                f"column '{column}' clashes with an argument honed passes to the reward "
+                f"function ({', '.join(reserved)}); rename it in the data"
+            )
+    return list(columns)
+
+
+def scores_of(rewarded: Rewarded, success_threshold: float) -> list[Score]:
+    """Scores from a batch's rewards: success is the weighted reward reaching the threshold;
+    the functions' timeouts and unreadable verdicts go into the trajectory's info."""
+    return [
+        Score(
+            reward=r,
+            success=float(r >= success_threshold),
+            components=components,
+            info={"reward_problems": problems} if problems else {},
+        )
+        for r, components, problems in zip(
+            rewarded.rewards, rewarded.components, rewarded.problems, strict=True
+        )
+    ]
+
+
+def reward_problems(env: str, names: Sequence[str], groups: Sequence[Group]) -> dict[str, float]:
+    """`reward/<env>/<function>/timeouts` and `.../errors`: completions of the step whose
+    function timed out, or whose verdict could not be read (a stand-in score was used)."""
+    counts = {f"reward/{env}/{n}/{kind}s": 0.0 for n in names for kind in ("timeout", "error")}
+    for group in groups:
+        for trajectory in group.trajectories:
+            for name, kind in trajectory.info.get("reward_problems", {}).items():
+                counts[f"reward/{env}/{name}/{kind}s"] += 1.0
+    return counts

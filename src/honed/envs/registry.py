@@ -29,6 +29,7 @@ ENVIRONMENTS: dict[str, str | type] = {
     "dataset": "honed.envs.dataset:DatasetEnv",
     "qa": "honed.envs.qa:QAEnv",
     "memory": "honed.envs.memory:MemoryEnv",
+    "tools": "honed.envs.tools:ToolEnv",
 }
 
 # Given to every constructor by `build_env` itself, never through `args`.

@@ -20,9 +20,34 @@ PAD, BOS, EOS, UNK = SPECIAL_TOKENS
 # Printable ASCII and newline: enough for arithmetic, strings, JSON tool calls and short prose.
 CHARACTERS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]
 
+# The tiny policy's chat template: one letter per role, so that prompts stay short in a
+# character-level model. Tools are listed by signature only (`T:lookup(name) calc(expression)`);
+# calls are Hermes-style `<tool_call>{...}</tool_call>` blocks, results `R:` lines, and `<eos>`
+# ends every assistant turn (the policy's end-of-turn stop token).
+CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% if tools %}T:"
+    "{% for t in tools %}{% set f = t.function if t.function is defined else t %}"
+    "{{ ' ' if not loop.first }}{{ f.name }}({{ f.parameters.properties | join(',') }})"
+    "{% endfor %}{{ '\\n' }}{% endif %}"
+    "{% for m in messages %}"
+    "{% if m.role == 'system' %}S:{{ m.content }}\n"
+    "{% elif m.role == 'user' %}U:{{ m.content }}\n"
+    "{% elif m.role == 'tool' %}R:{{ m.content }}\n"
+    "{% elif m.role == 'assistant' %}A:{{ m.content or '' }}"
+    "{% for c in m.tool_calls or [] %}{% set f = c.function if c.function is defined else c %}"
+    '<tool_call>{"name":"{{ f.name }}","arguments":'
+    "{{ f.arguments if f.arguments is string else f.arguments | tojson }}}</tool_call>"
+    "{% endfor %}{{ eos_token }}"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}A:{% endif %}"
+)
+
 
 def build_char_tokenizer() -> PreTrainedTokenizerFast:
-    """One token per character; `<bos>` is prepended on encode, decoding fuses characters."""
+    """One token per character; `<bos>` is prepended on encode, decoding fuses characters; the
+    chat template is `CHAT_TEMPLATE` (used with `policy.chat_template: true`)."""
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
     for ch in CHARACTERS:
         vocab[ch] = len(vocab)
@@ -32,9 +57,11 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
     backend.post_processor = processors.TemplateProcessing(
         single=f"{BOS} $A", special_tokens=[(BOS, vocab[BOS])]
     )
-    return PreTrainedTokenizerFast(
+    tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK
     )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
 
 
 def build_tiny_model(

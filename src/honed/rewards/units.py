@@ -45,7 +45,10 @@ def overlong_penalty(length: int, max_length: int, buffer: int, factor: float) -
 
 
 def unit_rewards(group: Group, settings: TrainerConfig) -> list[float]:
-    """Each unit's reward, with the soft overlong penalty of its segments when enabled."""
+    """Each unit's reward, with the soft overlong penalty of its segments when enabled.
+
+    A segment's length is the model's own tokens in it (its loss mask): a multi-turn episode's
+    tool results and template tokens do not count against `max_completion_length`."""
     units = group_units(group)
     rewards = list(units.rewards)
     if settings.overlong_buffer:
@@ -53,7 +56,7 @@ def unit_rewards(group: Group, settings: TrainerConfig) -> list[float]:
             for ti, si in members:
                 seg = group.trajectories[ti].segments[si]
                 rewards[u] += overlong_penalty(
-                    len(seg.completion_ids),
+                    sum(seg.mask()),
                     settings.max_completion_length,
                     settings.overlong_buffer,
                     settings.overlong_penalty,

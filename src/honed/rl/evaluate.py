@@ -10,6 +10,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 from honed.envs.base import Environment, Reporting, Sample, SingleTurnEnv, Table
+from honed.envs.metrics import step_metrics
 from honed.models.policy import Policy, PolicySampler, SamplingParams
 from honed.types import Group, Message, Prompt
 
@@ -122,7 +123,7 @@ def evaluate(
                 FewShotSampler(sampler, few_shot_examples(env, few_shot)) if few_shot else sampler
             )
             groups = env.rollout(items, generator, 1, seed)
-            stats = summarise_groups(name, groups)
+            stats = {**summarise_groups(name, groups), **step_metrics({name: env}, groups)}
             results.update(stats)
             accuracies.append(stats[f"{name}/accuracy"])
             rewards.append(stats[f"{name}/reward"])

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 import torch
 
 from honed.config import SFTConfig
-from honed.envs.base import Environment
+from honed.envs.base import Environment, TokenReferences
 from honed.errors import HonedError
 from honed.models.policy import Policy
 from honed.models.scoring import TokenBatch, make_batch, score
@@ -28,15 +28,25 @@ from honed.rl.schedule import build_lr_scheduler, build_optimizer
 MAX_EXAMPLES_PER_ENV = 50_000
 
 
-def sft_pool(policy: Policy, envs: Mapping[str, Environment]) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, target ids ending in EOS) for every reference solution of the train splits."""
-    pool = []
+Example = tuple[list[int], list[int], list[int]]  # prompt ids, target ids, target loss mask
+
+
+def sft_pool(policy: Policy, envs: Mapping[str, Environment]) -> list[Example]:
+    """(prompt ids, target ids ending in EOS, mask) for every reference solution of the train
+    splits; multi-turn references come token-exact with their mask (`TokenReferences`)."""
+    pool: list[Example] = []
     for name, env in envs.items():
         count = 0
         for item in env.items("train"):
-            for prompt, target in env.sft_examples(item):
-                pool.append((policy.encode(prompt), policy.encode_target(target)))
-                count += 1
+            if isinstance(env, TokenReferences):
+                examples = env.sft_sequences(item, policy)
+            else:
+                examples = []
+                for prompt, target in env.sft_examples(item):
+                    ids = policy.encode_target(target)
+                    examples.append((policy.encode(prompt), ids, [1] * len(ids)))
+            pool += examples
+            count += len(examples)
             if count >= MAX_EXAMPLES_PER_ENV:
                 break
         if count == 0:
@@ -48,23 +58,26 @@ def sft_pool(policy: Policy, envs: Mapping[str, Environment]) -> list[tuple[list
 
 
 def _batch(
-    examples: list[tuple[list[int], list[int]]], pad_id: int, prompt_weight: float
+    examples: list[Example], pad_id: int, prompt_weight: float
 ) -> tuple[TokenBatch, torch.Tensor]:
     """A padded batch and the loss weight of each position of its scored window.
 
-    With a prompt weight, every prompt token but the first (nothing predicts it) moves into
-    the scored window at weight `prompt_weight`; target tokens weigh 1, padding 0.
+    Target tokens weigh 1 where their mask is set; where it is not (tool results inside a
+    multi-turn reference) they count as prompt. With a prompt weight, every prompt token but
+    the first (nothing predicts it) moves into the scored window at weight `prompt_weight`;
+    padding weighs 0.
     """
-    weights = [[1.0] * len(t) for _, t in examples]
+    weights = [[1.0 if m else prompt_weight for m in mask] for _, _, mask in examples]
     if prompt_weight > 0:
         weights = [
-            [prompt_weight] * (len(p) - 1) + w for (p, _), w in zip(examples, weights, strict=True)
+            [prompt_weight] * (len(p) - 1) + w
+            for (p, _, _), w in zip(examples, weights, strict=True)
         ]
-        examples = [(p[:1], p[1:] + t) for p, t in examples]
+        examples = [(p[:1], p[1:] + t, []) for p, t, _ in examples]
     batch = make_batch(
-        [p for p, _ in examples],
-        [t for _, t in examples],
-        [[1] * len(t) for _, t in examples],
+        [p for p, _, _ in examples],
+        [t for _, t, _ in examples],
+        [[1] * len(t) for _, t, _ in examples],
         pad_id,
     )
     width = batch.completion_width

@@ -29,6 +29,7 @@ from honed.config import Config, PolicyConfig, dump_config, format_change
 from honed.distributed import RolledGroup, RolloutPipeline, RolloutRequest, build_backend, fsdp
 from honed.distributed.learner import LearnerGroup, ShardedBackend
 from honed.envs.base import Environment
+from honed.envs.metrics import step_metrics
 from honed.envs.registry import build_envs as build_config_envs
 from honed.errors import HonedError
 from honed.models.device import (
@@ -499,6 +500,7 @@ class GRPOTrainer:
             "completions/truncated_frac": sum(s.truncated for _, t in trajs for s in t.segments)
             / max(1, len(lengths)),
         }
+        out.update(step_metrics(self.envs, groups))
         per_env: dict[str, list] = defaultdict(list)
         for env, t in trajs:
             per_env[env].append(t)
