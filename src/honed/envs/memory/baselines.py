@@ -29,7 +29,7 @@ from statistics import mean
 
 from honed.envs.base import Generator
 from honed.envs.memory.data import Instance
-from honed.envs.memory.retrieval import Reader, answer_scores, bm25_top
+from honed.envs.memory.retrieval import Reader, answer_scores_many, bm25_top
 from honed.envs.memory.rewards import compression
 from honed.envs.memory.store import Memory, TokenCounter, word_tokens
 from honed.types import derive_seed
@@ -105,6 +105,21 @@ def _scored(
     )
 
 
+def _read(
+    instances: Sequence[Instance], contexts: Sequence[Sequence[str]], reader: Reader
+) -> list[list[float | None]]:
+    """Each instance's questions read in their contexts, all in one reader call (an LLM
+    reader keeps its `concurrency` requests in flight across instances)."""
+    questions = [q for inst in instances for q in inst.questions]
+    sources = [inst.source for inst in instances for _ in inst.questions]
+    flat = reader.score_all(questions, [c for cs in contexts for c in cs], sources)
+    out, start = [], 0
+    for inst in instances:
+        out.append(flat[start : start + len(inst.questions)])
+        start += len(inst.questions)
+    return out
+
+
 def _same_context(
     name: str,
     instances: Sequence[Instance],
@@ -113,11 +128,15 @@ def _same_context(
     count: TokenCounter,
 ) -> BaselineResult:
     """A baseline whose reader sees one context per instance for all its questions."""
-    result = BaselineResult(name)
-    for inst, context in zip(instances, contexts, strict=True):
-        scores = reader.score_all(inst.questions, [context] * len(inst.questions), inst.source)
-        result.scored.append(_scored(inst, scores, count(context), count))
-    return result
+    per_question = [[c] * len(inst.questions) for inst, c in zip(instances, contexts, strict=True)]
+    scores = _read(instances, per_question, reader)
+    return BaselineResult(
+        name,
+        [
+            _scored(inst, s, count(c), count)
+            for inst, s, c in zip(instances, scores, contexts, strict=True)
+        ],
+    )
 
 
 def no_memory(
@@ -166,14 +185,18 @@ def long_context(
 def rag_chunks(
     instances: Sequence[Instance], reader: Reader, k: int = 2, count: TokenCounter = word_tokens
 ) -> BaselineResult:
-    result = BaselineResult(f"RAG top-{k} chunks")
+    contexts = []
     for inst in instances:
         tops = bm25_top(inst.chunks, [q.question for q in inst.questions], k)
-        contexts = ["\n".join(inst.chunks[i] for i in sorted(top)) for top in tops]
-        scores = reader.score_all(inst.questions, contexts, inst.source)
-        stored = sum(count(c) for c in inst.chunks)  # the whole input is kept
-        result.scored.append(_scored(inst, scores, stored, count))
-    return result
+        contexts.append(["\n".join(inst.chunks[i] for i in sorted(top)) for top in tops])
+    scores = _read(instances, contexts, reader)
+    return BaselineResult(
+        f"RAG top-{k} chunks",
+        [  # the whole input is kept
+            _scored(inst, s, sum(count(c) for c in inst.chunks), count)
+            for inst, s in zip(instances, scores, strict=True)
+        ],
+    )
 
 
 def rolling_memory(
@@ -211,11 +234,15 @@ def memories_result(
     count: TokenCounter = word_tokens,
 ) -> BaselineResult:
     """Built memories through the agents' retrieval path (`top_k` None: the source's default)."""
-    result = BaselineResult(name)
-    for inst, memory in zip(instances, memories, strict=True):
-        scores = answer_scores(memory, inst.questions, reader, top_k, inst.source)
-        result.scored.append(_scored(inst, scores, memory.tokens(), count))
-    return result
+    cases = [(m, inst.questions, inst.source) for inst, m in zip(instances, memories, strict=True)]
+    scores = answer_scores_many(cases, reader, top_k)
+    return BaselineResult(
+        name,
+        [
+            _scored(inst, s, m.tokens(), count)
+            for inst, s, m in zip(instances, scores, memories, strict=True)
+        ],
+    )
 
 
 def rule_results(

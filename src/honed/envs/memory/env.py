@@ -32,7 +32,7 @@ from honed.envs.memory.formats import CHUNK_TOKENS, load_data
 from honed.envs.memory.parsing import parse_calls
 from honed.envs.memory.prompt import PROMPT_CHARS, STYLES, Prompt, render_prompt
 from honed.envs.memory.report import memory_report
-from honed.envs.memory.retrieval import Chat, answer_scores, chat_model, make_reader
+from honed.envs.memory.retrieval import Chat, answer_scores_many, chat_model, make_reader
 from honed.envs.memory.rewards import (
     COMPRESSION_WEIGHT,
     VALIDITY_WEIGHT,
@@ -244,11 +244,18 @@ class MemoryEnv:
             samples = generator.generate(prompts, seeds)
             for (i, g), prompt, sample in zip(batch, prompts, samples, strict=True):
                 self._step(runs[i][g], instances[i].chunks[t], prompt, sample)
+        # every rollout's questions in one reader call: an LLM reader's requests run concurrently
+        cases = [
+            (run.memory, inst.questions, inst.source)
+            for inst, rs in zip(instances, runs, strict=True)
+            for run in rs
+        ]
+        scores = iter(answer_scores_many(cases, self.reader, self.top_k))
         return [
             Group(
                 self.name,
                 item.key,
-                [self._trajectory(inst, run) for run in item_runs],
+                [self._trajectory(inst, run, next(scores)) for run in item_runs],
                 level=item.level,
             )
             for item, inst, item_runs in zip(items, instances, runs, strict=True)
@@ -302,8 +309,7 @@ class MemoryEnv:
             {"role": "tool", "content": said, "memory": run.memory.to_dict()},
         ]
 
-    def _trajectory(self, inst: Instance, run: _Run) -> Trajectory:
-        scores = answer_scores(run.memory, inst.questions, self.reader, self.top_k, inst.source)
+    def _trajectory(self, inst: Instance, run: _Run, scores: list[float | None]) -> Trajectory:
         scored = [s for s in scores if s is not None]
         r1 = mean(scored) if scored else 0.0
         memory_tokens = run.memory.tokens()

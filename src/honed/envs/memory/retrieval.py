@@ -27,6 +27,7 @@ and left out of the mean):
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
@@ -63,8 +64,15 @@ class Chat(Protocol):
 
 class Reader(Protocol):
     def score_all(
-        self, questions: Sequence[Question], contexts: Sequence[str], source: str = "honed"
+        self,
+        questions: Sequence[Question],
+        contexts: Sequence[str],
+        sources: str | Sequence[str] = "honed",
     ) -> list[float | None]: ...
+
+
+def _per_question(sources: str | Sequence[str], n: int) -> list[str]:
+    return [sources] * n if isinstance(sources, str) else list(sources)
 
 
 def bm25_top(texts: Sequence[str], queries: Sequence[str], k: int) -> list[list[int]]:
@@ -111,7 +119,10 @@ class IdealReader:
     """The ideal-reader bound: is the gold answer (and the question's evidence) in the context?"""
 
     def score_all(
-        self, questions: Sequence[Question], contexts: Sequence[str], source: str = "honed"
+        self,
+        questions: Sequence[Question],
+        contexts: Sequence[str],
+        sources: str | Sequence[str] = "honed",
     ) -> list[float | None]:
         return [self.score(q, c) for q, c in zip(questions, contexts, strict=True)]
 
@@ -141,20 +152,26 @@ class ChatReader:
         self.chat = chat
         self.judge = judge or chat
         self.concurrency = concurrency
-        self.failures = 0
+        self.failures = 0  # answers lost to a server that gave up
+        self._lock = threading.Lock()
 
     def score(self, question: Question, context: str, source: str = "honed") -> float | None:
         return self.score_all([question], [context], source)[0]
 
     def score_all(
-        self, questions: Sequence[Question], contexts: Sequence[str], source: str = "honed"
+        self,
+        questions: Sequence[Question],
+        contexts: Sequence[str],
+        sources: str | Sequence[str] = "honed",
     ) -> list[float | None]:
-        """Every question answered and scored, `concurrency` at a time, in order."""
-        jobs = list(zip(questions, contexts, strict=True))
+        """Every question answered and scored (each by its data set's metric), `concurrency`
+        at a time, in order."""
+        per_question = _per_question(sources, len(questions))
+        jobs = list(zip(questions, contexts, per_question, strict=True))
         if not jobs:
             return []
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(jobs))) as pool:
-            return list(pool.map(lambda job: self._one(*job, source), jobs))
+            return list(pool.map(lambda job: self._one(*job), jobs))
 
     def _one(self, question: Question, context: str, source: str) -> float | None:
         metric = metric_for(source, keywords=bool(question.keywords))
@@ -168,7 +185,8 @@ class ChatReader:
                 metric, reply, question.answers, question.keywords, question.question, self.judge
             )
         except HonedError:  # the server gave up after its retries: an unscored answer
-            self.failures += 1
+            with self._lock:
+                self.failures += 1
             return None
 
 
@@ -246,3 +264,26 @@ def answer_scores(
         top_k, full_tokens = retrieval_defaults(source)
     contexts = memory_contexts(memory, [q.question for q in questions], top_k, full_tokens)
     return reader.score_all(questions, contexts, source)
+
+
+def answer_scores_many(
+    cases: Sequence[tuple[Memory, Sequence[Question], str]],
+    reader: Reader,
+    top_k: int | None = None,
+) -> list[list[float | None]]:
+    """`answer_scores` of many (memory, questions, source) cases in one reader call, so an
+    LLM reader keeps `concurrency` requests in flight across all of them."""
+    questions: list[Question] = []
+    contexts: list[str] = []
+    sources: list[str] = []
+    for memory, asked, source in cases:
+        k, full = (top_k, None) if top_k is not None else retrieval_defaults(source)
+        contexts += memory_contexts(memory, [q.question for q in asked], k, full)
+        questions += asked
+        sources += [source] * len(asked)
+    flat = reader.score_all(questions, contexts, sources)
+    out, start = [], 0
+    for _, asked, _ in cases:
+        out.append(flat[start : start + len(asked)])
+        start += len(asked)
+    return out
