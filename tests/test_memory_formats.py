@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -107,16 +108,19 @@ GOOD = {
         ({**GOOD, "chunks": "[not json"}, "'chunks' is not valid JSON"),
         ({**GOOD, "chunks": json.dumps([])}, "'chunks' must be a non-empty list"),
         ({**GOOD, "data_source": ""}, "'data_source' must be a non-empty string"),
-        ({**GOOD, "questions_and_answers": json.dumps([{"answer": "a"}])}, "needs a 'question'"),
+        (
+            {**GOOD, "questions_and_answers": json.dumps([{"answer": "a"}])},
+            "questions_and_answers[0] needs a 'question'",
+        ),
         (
             {**GOOD, "questions_and_answers": json.dumps([{"question": "q", "answer": 3}])},
-            "'answer' must be",
+            "questions_and_answers[0]: 'answer' must be",
         ),
     ],
 )
 def test_a_malformed_memalpha_record_is_named_by_file_and_index(tmp_path, bad, message):
     path = _write(tmp_path, "rows.jsonl", [GOOD, GOOD | {"instance_id": 1}, bad])
-    with pytest.raises(HonedError, match=rf"rows.jsonl: record 2: {message}"):
+    with pytest.raises(HonedError, match=re.escape(f"rows.jsonl: record 2: {message}")):
         load_data(path)
 
 

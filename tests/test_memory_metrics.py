@@ -140,7 +140,7 @@ def test_llm_reader_scores_by_the_sources_metric_and_counts_errors():
     assert answer_scores(_memory(), [ruler], reader, source="ruler_qa1_197K") == [1.0]
     assert answer_scores(_memory(), [icl], reader, source="icl_banking77") == [1.0]
     judged = Question("Where is the dam?", ["mentions the dam"])
-    reader.judge = _Judge("no idea")
+    reader.judge = _Judge("I cannot tell from this.")
     assert answer_scores(_memory(), [judged], reader, source="longmemeval_s*") == [None]
 
 
@@ -214,3 +214,48 @@ def test_reader_options_are_checked():
     with pytest.raises(HonedError, match=r"reader\.concurrency must be a whole number"):
         make_reader({"type": "llm", "concurrency": 0}, _Judge("x"))
     assert make_reader({"type": "llm", "concurrency": 3}, _Judge("x")).concurrency == 3
+
+
+def test_long_context_keeps_the_last_tokens_of_the_stream():
+    from honed.envs.memory.baselines import long_context, tail_tokens
+    from honed.envs.memory.data import Instance
+    from honed.envs.memory.retrieval import IdealReader
+
+    assert tail_tokens("a b c d e", 2) == "d e"
+    assert tail_tokens("a b c", 5) == "a b c"
+    assert tail_tokens("abc", 0) == ""
+    inst = Instance(
+        "x",
+        ["Ann lives in Oslo.", "It rained all day.", "Bo lives in Lima."],
+        [Question("Where does Ann live?", ["Oslo"]), Question("Where does Bo live?", ["Lima"])],
+    )
+    short = long_context([inst], IdealReader(), tokens=4)
+    assert short.name == "long-context (last 4 tokens)"
+    assert short.accuracy == 0.5 and short.memory_tokens == 4  # Oslo fell out of the window
+    assert long_context([inst], IdealReader()).accuracy == 1.0
+
+
+def test_rolling_memory_rewrites_one_paragraph_per_chunk_with_the_policy():
+    from test_memory_env import ScriptedGenerator
+
+    from honed.envs.memory.baselines import rolling_memory
+    from honed.envs.memory.data import Instance
+    from honed.envs.memory.retrieval import IdealReader
+
+    def rewrite(prompt: str, seed: int) -> str:  # keeps the old paragraph, adds the new text
+        old = prompt.split("Memory so far: ")[1].split("\nNew text: ")[0]
+        new = prompt.split("New text: ")[1].split("\n")[0]
+        return new if old == "(empty)" else f"{old} {new}"
+
+    inst = Instance(
+        "x",
+        ["Ann lives in Oslo.", "Bo lives in Lima."],
+        [Question("Where does Ann live?", ["Oslo"]), Question("Where does Bo live?", ["Lima"])],
+    )
+    gen = ScriptedGenerator(rewrite)
+    full = rolling_memory([inst], IdealReader(), gen, "p")
+    assert full.name == "MemAgent-style rolling memory (p)"
+    assert len(gen.batches) == 2 and "Ann lives in Oslo." in gen.batches[1][0][0]
+    assert full.accuracy == 1.0 and full.memory_tokens == 8
+    capped = rolling_memory([inst], IdealReader(), ScriptedGenerator(rewrite), "p", tokens=4)
+    assert capped.accuracy == 0.5 and capped.memory_tokens == 4  # the paragraph is cut

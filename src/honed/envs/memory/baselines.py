@@ -23,6 +23,7 @@ baselines store the whole input), and so is compression (r3, unclipped).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from statistics import mean
@@ -156,15 +157,15 @@ def tail_tokens(text: str, tokens: int, count: TokenCounter = word_tokens) -> st
     """The longest run of whole words at the end of `text` that is at most `tokens` tokens."""
     if count(text) <= tokens:
         return text
-    words = text.split(" ")
-    lo, hi = 0, len(words)  # lo words fit; binary search, as the counter may be a tokenizer
+    starts = [m.start() for m in re.finditer(r"\S+", text)]  # where each word begins
+    lo, hi = 0, len(starts)  # the last lo words fit; binary search, the counter may be slow
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if count(" ".join(words[-mid:])) <= tokens:
+        if count(text[starts[-mid] :]) <= tokens:
             lo = mid
         else:
             hi = mid - 1
-    return " ".join(words[-lo:]) if lo else ""
+    return text[starts[-lo] :] if lo else ""
 
 
 def long_context(
