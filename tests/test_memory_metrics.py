@@ -55,6 +55,7 @@ def test_metrics_score_as_the_official_code():
     assert score_answer("label", "\\boxed{12 or 13}", ["12"]) == 0.0
     assert score_answer("label", "12", ["12"]) == 1.0  # no box: the whole answer
     assert score_answer("label", "\\boxed{1}", ["12"]) == 0.0
+    assert score_answer("label", "\\boxed{B}", ["B"]) == 0.0  # only a number is a label
     # substring of the first gold answer, raw lower-cased
     assert score_answer("substring", "It was finished in 1931.", ["1931"]) == 1.0
     assert score_answer("substring", "Ida  Brandt", ["Ida Brandt"]) == 0.0
@@ -259,3 +260,14 @@ def test_rolling_memory_rewrites_one_paragraph_per_chunk_with_the_policy():
     assert full.accuracy == 1.0 and full.memory_tokens == 8
     capped = rolling_memory([inst], IdealReader(), ScriptedGenerator(rewrite), "p", tokens=4)
     assert capped.accuracy == 0.5 and capped.memory_tokens == 4  # the paragraph is cut
+
+
+def test_the_average_gives_each_data_set_one_vote():
+    from honed.envs.memory.baselines import BaselineResult, Scored
+
+    result = BaselineResult(
+        "r", [Scored("a", 1.0, 10, 0.5), Scored("a", 1.0, 20, 0.5), Scored("b", 0.0, 30, 0.5, 2)]
+    )
+    assert result.by_source == {"a": 1.0, "b": 0.0}
+    assert result.accuracy == 0.5  # not 2/3, the mean over instances
+    assert (result.memory_tokens, result.errors) == (20, 2)
