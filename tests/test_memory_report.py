@@ -187,6 +187,8 @@ def test_report_on_paper_data_has_a_column_per_data_set_and_counts_reader_errors
     pytest.importorskip("pyarrow", reason="parquet fixtures need pyarrow")
     from pathlib import Path
 
+    from honed.envs.memory.store import word_tokens
+
     path = (
         Path(__file__).parent / "fixtures" / "memory" / "memalpha_memoryagentbench" / "test.parquet"
     )
@@ -202,6 +204,7 @@ def test_report_on_paper_data_has_a_column_per_data_set_and_counts_reader_errors
         "longmemeval_s*",
     ]
     assert table.columns[1:5] == [f"accuracy: {s}" for s in sources]
+    assert table.columns[5:9] == [f"memory tokens: {s}" for s in sources]
     rows = {row[0]: dict(zip(table.columns, row, strict=True)) for row in table.rows}
     everything = rows["store everything"]
     assert everything["accuracy: ruler_qa1_197K"] == 1.0  # "Kova Ltd" is in the echoed chunks
@@ -211,4 +214,7 @@ def test_report_on_paper_data_has_a_column_per_data_set_and_counts_reader_errors
     assert everything["reader errors"] == 1
     assert everything["accuracy (r1)"] == pytest.approx(0.5)  # mean over the four data sets
     assert rows["no memory"]["accuracy: ruler_qa1_197K"] == 0.0
+    assert rows["no memory"]["memory tokens: ruler_qa1_197K"] == 0.0
+    chunks = env.instances("test")[0].chunks  # store-everything keeps all of the input
+    assert everything["memory tokens: ruler_qa1_197K"] == sum(word_tokens(c) for c in chunks)
     assert rows["silent agent"]["reader errors"] == 1  # the empty memory's LME answer

@@ -75,6 +75,14 @@ class BaselineResult:
         return {source: mean(values) for source, values in groups.items()}
 
     @property
+    def tokens_by_source(self) -> dict[str, float]:
+        """Mean memory tokens per data set, in order of first appearance."""
+        groups: dict[str, list[float]] = {}
+        for s in self.scored:
+            groups.setdefault(s.source, []).append(s.memory_tokens)
+        return {source: mean(values) for source, values in groups.items()}
+
+    @property
     def accuracy(self) -> float:
         """The mean over data sets of their mean accuracy (Mem-α's average column)."""
         return mean(self.by_source.values()) if self.scored else 0.0

@@ -6,8 +6,9 @@ warm-start would write), the MemAgent-style rolling memory (written by the last 
 policy), then one row per agent, each rolled out once with the generator it is given (greedy
 decoding in `honed eval`).
 
-Columns: with instances from more than one data set, one accuracy column per data set
-(`accuracy: <source>`) first; then the mean accuracy (r1; over data sets, as Mem-α's average
+Columns: with instances from more than one data set, one accuracy column and one memory-tokens
+column per data set (`accuracy: <source>`, `memory tokens: <source>`) first, as Mem-α's tables
+give them; then the mean accuracy (r1; over data sets, as Mem-α's average
 column), memory tokens, tool success r2, compression r3, validity r4, the mean chunk reward
 r1 + r2 + compression_weight·r3 + validity_weight·r4, and the answers that could not be scored
 (reader errors: a judge without a verdict, a server that gave up). The baselines call no tools,
@@ -53,10 +54,11 @@ def agent_result(label: str, trajectories: Sequence[Trajectory]) -> BaselineResu
 
 
 def _row(result: BaselineResult, sources: list[str], tools: list[float | None]) -> list[object]:
-    per_source = result.by_source
+    per_source, tokens = result.by_source, result.tokens_by_source
     return [
         result.name,
         *([per_source.get(s) for s in sources] if len(sources) > 1 else []),
+        *([tokens.get(s) for s in sources] if len(sources) > 1 else []),
         result.accuracy,
         result.memory_tokens,
         tools[0],
@@ -83,7 +85,9 @@ def memory_report(
         ]
         results.append((agent_result(label, runs), tools))
     sources = list(dict.fromkeys(s.source for r, _ in results for s in r.scored))
-    columns = [COLUMNS[0], *([f"accuracy: {s}" for s in sources] if len(sources) > 1 else [])]
+    several = len(sources) > 1
+    columns = [COLUMNS[0], *([f"accuracy: {s}" for s in sources] if several else [])]
+    columns += [f"memory tokens: {s}" for s in sources] if several else []
     columns += COLUMNS[1:]
     rows = [_row(r, sources, tools) for r, tools in results]  # type: ignore[arg-type]
     return Table(f"{num_instances} instances", columns, rows)
