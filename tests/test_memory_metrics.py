@@ -271,3 +271,18 @@ def test_the_average_gives_each_data_set_one_vote():
     assert result.by_source == {"a": 1.0, "b": 0.0}
     assert result.accuracy == 0.5  # not 2/3, the mean over instances
     assert (result.memory_tokens, result.errors) == (20, 2)
+
+
+def test_a_reader_with_only_score_is_read_question_by_question():
+    from honed.envs.memory.baselines import store_everything
+    from honed.envs.memory.data import Instance
+
+    class Lookup:  # a reader without data-set metrics: `score(question, context)` only
+        def score(self, question, context):
+            return float(question.answers[0] in context)
+
+    inst = Instance(
+        "x", ["Ann lives in Oslo."], [Question("Where?", ["Oslo"]), Question("?", ["Rome"])]
+    )
+    assert answer_scores(_memory(), inst.questions, Lookup()) == [0.0, 0.0]
+    assert store_everything([inst], Lookup()).accuracy == 0.5

@@ -30,7 +30,7 @@ from statistics import mean
 
 from honed.envs.base import Generator
 from honed.envs.memory.data import Instance
-from honed.envs.memory.retrieval import Reader, answer_scores_many, bm25_top
+from honed.envs.memory.retrieval import Reader, answer_scores_many, bm25_top, read_all
 from honed.envs.memory.rewards import compression
 from honed.envs.memory.store import Memory, TokenCounter, word_tokens
 from honed.types import derive_seed
@@ -121,7 +121,7 @@ def _read(
     reader keeps its `concurrency` requests in flight across instances)."""
     questions = [q for inst in instances for q in inst.questions]
     sources = [inst.source for inst in instances for _ in inst.questions]
-    flat = reader.score_all(questions, [c for cs in contexts for c in cs], sources)
+    flat = read_all(reader, questions, [c for cs in contexts for c in cs], sources)
     out, start = [], 0
     for inst in instances:
         out.append(flat[start : start + len(inst.questions)])

@@ -75,6 +75,19 @@ def _per_question(sources: str | Sequence[str], n: int) -> list[str]:
     return [sources] * n if isinstance(sources, str) else list(sources)
 
 
+def read_all(
+    reader: Any,
+    questions: Sequence[Question],
+    contexts: Sequence[str],
+    sources: str | Sequence[str] = "honed",
+) -> list[float | None]:
+    """`reader.score_all`, or, for a reader with only `score(question, context)` (one that
+    needs no data-set metric), that question by question."""
+    if hasattr(reader, "score_all"):
+        return reader.score_all(questions, contexts, sources)
+    return [reader.score(q, c) for q, c in zip(questions, contexts, strict=True)]
+
+
 def bm25_top(texts: Sequence[str], queries: Sequence[str], k: int) -> list[list[int]]:
     """For each query, the indices of the `k` texts that match it best by BM25.
 
@@ -263,7 +276,7 @@ def answer_scores(
     if top_k is None:
         top_k, full_tokens = retrieval_defaults(source)
     contexts = memory_contexts(memory, [q.question for q in questions], top_k, full_tokens)
-    return reader.score_all(questions, contexts, source)
+    return read_all(reader, questions, contexts, source)
 
 
 def answer_scores_many(
@@ -281,7 +294,7 @@ def answer_scores_many(
         contexts += memory_contexts(memory, [q.question for q in asked], k, full)
         questions += asked
         sources += [source] * len(asked)
-    flat = reader.score_all(questions, contexts, sources)
+    flat = read_all(reader, questions, contexts, sources)
     out, start = [], 0
     for _, asked, _ in cases:
         out.append(flat[start : start + len(asked)])
