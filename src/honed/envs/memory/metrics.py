@@ -30,7 +30,7 @@ import re
 import string
 from collections.abc import Sequence
 from functools import cache
-from typing import Any, Protocol
+from typing import Protocol
 
 METRICS = (
     "keyword_hit",
@@ -225,12 +225,3 @@ def query_instruction(metric: str) -> str:
     if metric in ("keyword_hit", "rouge_l"):
         return "The memory holds what the user has read. Use it to answer the request.\n\n"
     return ""
-
-
-def metric_row(scores: Sequence[float | None]) -> dict[str, Any]:
-    """Mean of the scored answers and the number of unscored ones (judge errors)."""
-    scored = [s for s in scores if s is not None]
-    return {
-        "score": sum(scored) / len(scored) if scored else 0.0,
-        "errors": len(scores) - len(scored),
-    }
