@@ -100,12 +100,17 @@ class PlanOp:
 
 @dataclass
 class Instance:
-    """Chunks to read in order, questions about them, and (synthetic data) a reference plan."""
+    """Chunks to read in order, questions about them, and (synthetic data) a reference plan.
+
+    `source` is the data set the instance comes from (Mem-α's `data_source`, e.g. `squad`,
+    `icl_banking77_5900shot_balance`; `honed` for honed's own): it picks the metric that scores
+    its questions (`metrics.py`) and groups the evaluation table by data set."""
 
     id: str
     chunks: list[str]
     questions: list[Question]
     plan: list[list[PlanOp]] | None = None
+    source: str = "honed"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -118,6 +123,7 @@ class Instance:
             chunks=list(data["chunks"]),
             questions=[Question(**q) for q in data["questions"]],
             plan=None if plan is None else [[PlanOp(**op) for op in step] for step in plan],
+            source=data.get("source", "honed"),
         )
 
 
@@ -420,6 +426,12 @@ def _parse_line(line: str, number: int, default_split: str) -> tuple[str, Instan
         record = json.loads(line)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    return parse_record(record, number, default_split)
+
+
+def parse_record(record: object, number: int, default_split: str) -> tuple[str, Instance]:
+    """(split, instance) of one record of honed's schema; `number` names it in a default id.
+    Raises `ValueError` saying what is wrong."""
     if not isinstance(record, dict):
         raise ValueError("expected a JSON object")
     split = record.get("split", default_split)
