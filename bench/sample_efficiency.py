@@ -1,11 +1,14 @@
-"""Rollouts needed to reach a held-out accuracy: `frontier` curriculum against `uniform`.
+"""Rollouts needed to reach a held-out accuracy: curriculum strategies against `uniform`.
 
 The environments (`--env NAME:LEVELS:WEIGHT`, repeatable; by default `sort` with strings of 2 to
 20 digits) have items of many difficulty levels. The supervised warm-start sees only levels up
 to `--sft-max-level` (10): after it the short strings are mostly solved, the middle ones
 sometimes, and strings longer than the warm-start ever showed are never solved (p = 0). Those
-groups have no reward spread and carry no gradient. `frontier` draws items by learnability
-p(1 − p), `uniform` draws every item alike; nothing else differs between the two runs of a seed.
+groups have no reward spread and carry no gradient. Each *arm* (`--arms`) is a curriculum
+strategy (`frontier` draws items by learnability p(1 − p), `uniform` every item alike,
+`competence_based` and `easy_first` by difficulty bins), with dynamic sampling as
+`--dynamic-sampling` says, or off for an arm named `STRATEGY-nods`; nothing else differs
+between the arms of a seed.
 
 Items must repeat for a per-item estimate of p to exist, so the GRPO training split is small
 (`--train-per-level` items per level) and drawn from many times. The warm-start learns from a
@@ -13,24 +16,22 @@ larger split (`--sft-train-per-level` items per level), minus every held-out ite
 accuracy is measured on the validation split (`--validation-size` items per environment,
 disjoint from every training item), greedy, as the mean over environments of exact success.
 
-Rollouts are counted where they are spent, in generation. With dynamic sampling (DAPO, on by
-default) a step keeps drawing groups until `--prompts` of them have reward spread, at most
-`--max-rounds` rounds: every group drawn counts (`sampling/rollouts_total` in the run's
-metrics), kept or not, times `--generations`. Without it a step draws exactly `--prompts`
-groups, so the count is steps × prompts × generations. Both strategies get the same budget,
-`--max-rollouts` completions (`trainer.max_rollouts`), not the same number of steps: a strategy
-whose steps cost fewer rollouts takes more steps within it.
+Rollouts are counted where they are spent, in generation. With dynamic sampling (DAPO) a step
+keeps drawing groups until `--prompts` of them have reward spread, at most `--max-rounds`
+rounds: every group drawn counts (`sampling/rollouts_total` in the run's metrics), kept or not,
+times `--generations`. Without it a step draws exactly `--prompts` groups, so the count is
+steps × prompts × generations. Every arm gets the same budget, `--max-rollouts` completions
+(`trainer.max_rollouts`), not the same number of steps: an arm whose steps cost fewer rollouts
+takes more steps within it. Training time is measured too (this process's CPU time and the
+wall time of the training steps, evaluations left out).
 
-For every seed both strategies start from the same warm-started policy; held-out accuracy is
-measured every `--eval-every` steps, and the first evaluation at which it has risen `--gain`
-above the warm-start's accuracy gives the rollouts generated up to and including that step. The
-target is relative because the warm-start's accuracy differs by seed. One seed's crossing point
-is noisy (its curve moves by a few points between evaluations), so the seeds are also averaged
-along the rollouts axis: at every rollout count where some seed was evaluated, the mean over
-seeds of each one's latest accuracy so far; the target is the mean warm-start accuracy +
-`--gain`.
+For every seed all arms start from the same warm-started policy; held-out accuracy is measured
+every `--eval-every` steps. For each target (warm-start + gain, `--gains`; relative because the
+warm-start's accuracy differs by seed) a run's rollouts to target are those generated up to and
+including the first evaluation at or above it, or, if it never got there, *censored* at its
+total: the report never turns such a bound into a ratio (bench/censoring.py).
 
-    PYTHONPATH=src python bench/sample_efficiency.py --jobs 5 --threads 1
+    PYTHONPATH=src python bench/sample_efficiency.py --jobs 2 --threads 1 --seeds 10 11 12 13 14
 """
 
 from __future__ import annotations
@@ -44,8 +45,11 @@ import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import torch
+from common import machine
+from efficiency_report import report
 
 from honed.config import Config
 from honed.envs.base import Environment
@@ -53,9 +57,25 @@ from honed.models.policy import Policy
 from honed.rl.sft import run_sft
 from honed.rl.trainer import GRPOTrainer, build_envs
 from honed.runs.rundir import RunDir
+from honed.sampling.curriculum import STRATEGIES
 from honed.types import Item, derive_seed
 
-STRATEGIES = ("uniform", "frontier")
+NO_DYNAMIC_SAMPLING = "-nods"
+# what may differ between result files reported together (`--results A.json B.json`)
+VARY_BETWEEN_FILES = {
+    *("seeds", "jobs", "threads", "out", "plot", "work", "results", "machine", "date"),
+    *("gains", "gain", "collect"),
+    *("arms", "strategies", "baseline"),  # files may hold other arms of a seed (merged below)
+}
+ARMS = (*STRATEGIES, *(s + NO_DYNAMIC_SAMPLING for s in STRATEGIES))
+
+
+def arm_settings(arm: str, args: argparse.Namespace) -> tuple[str, bool]:
+    """(curriculum strategy, dynamic sampling) of an arm: `frontier`, or `uniform-nods` for
+    `uniform` with dynamic sampling off."""
+    if arm.endswith(NO_DYNAMIC_SAMPLING):
+        return arm.removesuffix(NO_DYNAMIC_SAMPLING), False
+    return arm, args.dynamic_sampling
 
 
 def env_spec(text: str) -> dict:
@@ -74,10 +94,9 @@ def env_spec(text: str) -> dict:
         ) from None
 
 
-def bench_config(
-    seed: int, strategy: str, args: argparse.Namespace, sft_pool: bool = False
-) -> Config:
+def bench_config(seed: int, arm: str, args: argparse.Namespace, sft_pool: bool = False) -> Config:
     env_args = {"validation_size": args.validation_size}
+    strategy, dynamic_sampling = arm_settings(arm, args)
 
     def train_size(env: dict) -> dict:  # 0: the environment's default split (4000 items)
         per_level = args.sft_train_per_level if sft_pool else args.train_per_level
@@ -105,7 +124,7 @@ def bench_config(
                 "warmup_steps": 5,
                 "max_completion_length": args.max_completion_length,
                 "temperature": args.temperature,
-                "dynamic_sampling": args.dynamic_sampling,
+                "dynamic_sampling": dynamic_sampling,
                 "max_sampling_rounds": args.max_rounds,
             },
             "curriculum": {"strategy": strategy},
@@ -116,35 +135,115 @@ def bench_config(
     )
 
 
-def run(seed: int, strategy: str, warm: Path, work: Path, args: argparse.Namespace) -> dict:
-    config = bench_config(seed, strategy, args)
-    run_dir = RunDir(work / f"{strategy}-{seed}")
+class TimedTrainer(GRPOTrainer):
+    """The trainer, with the time its training steps took added to every step's metrics:
+    `bench/train_cpu_s` (this process's CPU time, which other processes on the machine do not
+    change much) and `bench/train_wall_s`, both cumulative, held-out evaluations left out."""
+
+    train_cpu_s = 0.0
+    train_wall_s = 0.0
+
+    def train_step(self) -> dict[str, float]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        metrics = super().train_step()
+        self.train_cpu_s += time.process_time() - cpu
+        self.train_wall_s += time.perf_counter() - wall
+        metrics["bench/train_cpu_s"] = self.train_cpu_s
+        metrics["bench/train_wall_s"] = self.train_wall_s
+        return metrics
+
+
+def levels_of(row: dict[str, Any]) -> dict[str, float]:
+    """`{"sort/3": 0.81, ...}`: the per-level held-out accuracies of an evaluation row."""
+    out = {}
+    for key, value in row.items():
+        parts = key.split("/")
+        if len(parts) == 4 and parts[0] == "eval" and parts[2].startswith("level_"):
+            out[f"{parts[1]}/{parts[2].removeprefix('level_')}"] = round(value, 4)
+    return out
+
+
+def run(seed: int, arm: str, warm: Path, work: Path, args: argparse.Namespace) -> dict:
+    config = bench_config(seed, arm, args)
+    run_dir = RunDir(work / f"{arm}-{seed}")
     run_dir.checkpoints.mkdir(parents=True)
-    shutil.copytree(warm, run_dir.warmstart)  # same starting policy for both strategies
-    started = time.perf_counter()
-    summary = GRPOTrainer(config, run_dir).train()
-    rows = run_dir.read_jsonl(run_dir.metrics_path)
-    # Every group generated, kept or not: the cumulative rollouts after each step.
-    spent = {0: 0} | {
-        r["step"]: int(r["sampling/rollouts_total"]) for r in rows if "sampling/rollouts_total" in r
+    shutil.copytree(warm, run_dir.warmstart)  # same starting policy for every arm
+    started, cpu_started = time.perf_counter(), time.process_time()
+    summary = TimedTrainer(config, run_dir).train()
+    return result_of(seed, arm, run_dir, summary) | {
+        "seconds": round(time.perf_counter() - started, 1),
+        "cpu_seconds": round(time.process_time() - cpu_started, 1),
     }
-    total = summary["rollouts"]
-    evals = {r["step"]: r["eval/accuracy"] for r in rows if "eval/accuracy" in r}
-    later = sorted((step, acc, spent[step]) for step, acc in evals.items() if step > 0)
-    # (step, held-out accuracy, rollouts generated so far) at every evaluation
-    curve = [(0, summary["initial_eval"]["accuracy"], 0), *later]
-    reached = first_reaching(curve, args.gain)
+
+
+def result_of(seed: int, arm: str, run_dir: RunDir, summary: dict) -> dict:
+    """One finished run's result, read from its run directory (what `--collect` rebuilds)."""
+    rows = run_dir.read_jsonl(run_dir.metrics_path)
+    steps = {r["step"]: r for r in rows if "sampling/rollouts_total" in r}
+    evals = {r["step"]: r for r in rows if "eval/accuracy" in r}
+    # [step, held-out accuracy, rollouts generated so far (every group drawn, kept or not),
+    # training CPU s, training wall s] at every evaluation; the first is the warm-start
+    curve = [[0, summary["initial_eval"]["accuracy"], 0, 0.0, 0.0]]
+    for step in sorted(s for s in evals if s > 0):
+        spent = steps[step]
+        curve.append(
+            [
+                step,
+                evals[step]["eval/accuracy"],
+                int(spent["sampling/rollouts_total"]),
+                round(spent["bench/train_cpu_s"], 2),
+                round(spent["bench/train_wall_s"], 2),
+            ]
+        )
+    first = steps.get(1, {})
     return {
+        **groups_spent(list(steps.values())),
         "seed": seed,
-        "strategy": strategy,
+        "arm": arm,
         "warm_start_accuracy": curve[0][1],
         "final_accuracy": curve[-1][1],
         "curve": curve,
-        "step_to_target": None if reached is None else reached[0],
-        "rollouts_to_target": None if reached is None else reached[2],
-        "rollouts_total": total,
-        "seconds": round(time.perf_counter() - started, 1),
+        "rollouts_total": summary["rollouts"],
+        "steps": summary["steps"],
+        # the first step's groups: how many were drawn, and the share with no reward spread
+        # (without dynamic sampling: the share of a batch that carries no signal at the start)
+        "first_step": {
+            "groups_drawn": first.get("sampling/groups_drawn"),
+            "zero_spread": first.get("frac_reward_zero_std"),
+        },
+        "levels": {
+            "warm_start": levels_of(evals.get(0, {})),
+            "final": levels_of(evals[max(evals)]) if evals else {},
+        },
+        "train_cpu_seconds": round(steps[max(steps)]["bench/train_cpu_s"], 1) if steps else 0.0,
+        "train_wall_seconds": round(steps[max(steps)]["bench/train_wall_s"], 1) if steps else 0.0,
     }
+
+
+def collect(work: Path, args: argparse.Namespace) -> list[dict]:
+    """The results of the finished runs a `--work` directory holds (`ARM-SEED` folders with a
+    summary.json), for the seeds and arms asked for: an interrupted benchmark's completed runs
+    are reported without running them again. Their whole-run times were not recorded."""
+    results = []
+    for seed in args.seeds:
+        for arm in args.arms:
+            run_dir = RunDir(work / f"{arm}-{seed}")
+            if run_dir.summary_path.is_file():
+                summary = json.loads(run_dir.summary_path.read_text())
+                results.append(result_of(seed, arm, run_dir, summary))
+    return results
+
+
+def groups_spent(step_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many groups a run generated and how many of them had reward spread (the ones GRPO
+    learns from: a step's trained groups; with dynamic sampling it stops drawing at the number
+    it wants, so no group with spread is left untrained), and how often the rollouts of the
+    batches it trained on succeeded."""
+    drawn = sum(int(r["sampling/groups_drawn"]) for r in step_rows)
+    spread = sum(int(r["groups/trained"]) for r in step_rows)
+    # the success rate of the rollouts each step trained on (its batch), averaged over steps
+    success = statistics.fmean(r["success/mean"] for r in step_rows) if step_rows else None
+    return {"groups": {"drawn": drawn, "with_spread": spread, "batch_success": success}}
 
 
 class _Pool:
@@ -165,74 +264,8 @@ class _Pool:
         return self.env.sft_examples(item)
 
 
-def first_reaching(curve: list[tuple[int, float, int]], gain: float) -> tuple | None:
-    """The first evaluation after GRPO began at or above the warm-start's accuracy + `gain`."""
-    target = curve[0][1] + gain - 1e-9  # accuracies are means of 0/1: compare without rounding
-    return next((point for point in curve[1:] if point[1] >= target), None)
-
-
-def ratio_cell(results: dict[str, dict], gain: float) -> tuple[str, float | None]:
-    """frontier / uniform rollouts to the target; a bound when only one strategy reached it."""
-    hit = {s: first_reaching(results[s]["curve"], gain) for s in STRATEGIES}
-    total = {s: results[s]["rollouts_total"] for s in STRATEGIES}
-    if hit["uniform"] and hit["frontier"]:
-        value = hit["frontier"][2] / hit["uniform"][2]
-        return f"{value:.2f}", value
-    if hit["frontier"]:  # uniform needs more than everything it generated
-        return f"< {hit['frontier'][2] / total['uniform']:.2f}", None
-    if hit["uniform"]:
-        return f"> {total['frontier'] / hit['uniform'][2]:.2f}", None
-    return "–", None
-
-
-def seed_mean(runs: list[dict]) -> dict:
-    """One strategy's runs averaged over seeds along the rollouts axis.
-
-    Runs with a rollout budget stop at different steps, so curves are aligned by rollouts: at
-    every rollout count where some run was evaluated (up to the smallest total, where every
-    run is still defined), each run contributes its latest accuracy so far, never a value it
-    has not measured yet. Points are (None, mean accuracy, rollouts); the first is the mean
-    warm-start accuracy at 0 rollouts, which the target is relative to.
-    """
-    end = min(r["rollouts_total"] for r in runs)
-    grid = sorted({point[2] for r in runs for point in r["curve"] if point[2] <= end})
-    curve = []
-    for spent in grid:
-        latest = [[p[1] for p in r["curve"] if p[2] <= spent][-1] for r in runs]
-        curve.append((None if spent else 0, statistics.fmean(latest), spent))
-    return {"curve": curve, "rollouts_total": end}
-
-
-def plot_curves(
-    by_seed: dict[int, dict[str, dict]], means: dict[str, dict], gain: float, out: Path
-) -> None:
-    """Held-out accuracy against rollouts generated: every seed thin, the seed mean thick."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    colours = {"uniform": "#6a51a3", "frontier": "#d94801"}
-    fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=110)
-    for strategy, colour in colours.items():
-        for row in by_seed.values():
-            _, accuracy, spent = zip(*row[strategy]["curve"], strict=True)
-            ax.plot(spent, accuracy, color=colour, linewidth=0.8, alpha=0.35)
-        _, accuracy, spent = zip(*means[strategy]["curve"], strict=True)
-        ax.step(spent, accuracy, where="post", color=colour, linewidth=2.2, label=strategy)
-    target = means["uniform"]["curve"][0][1] + gain
-    ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"warm-start + {gain:g}")
-    ax.set_xlabel("rollouts generated (completions, kept or filtered)")
-    ax.set_ylabel("held-out accuracy")
-    ax.set_title(f"frontier against uniform: {len(by_seed)} seeds (thin) and their mean (thick)")
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
-
-
 def warm_start(seed: int, work: Path, args: argparse.Namespace) -> tuple[Path, dict]:
-    """One supervised warm-start per seed, shared by both strategies.
+    """One supervised warm-start per seed, shared by every arm.
 
     Its examples come from the environments' training split at `--sft-train-per-level` items per
     level (the GRPO training split is small so that items repeat; a warm-start on it alone would
@@ -268,54 +301,33 @@ def warm_start(seed: int, work: Path, args: argparse.Namespace) -> tuple[Path, d
 
 
 def run_seed(seed: int, work: Path, args: argparse.Namespace) -> list[dict]:
-    """One seed: its warm-start, then each strategy from it."""
+    """One seed: its warm-start, then each arm from it."""
+    torch.set_num_threads(args.threads)
     warm, warm_info = warm_start(seed, work, args)
     print(json.dumps({"seed": seed, "warm_start": warm_info}), flush=True)
     results = []
-    for strategy in args.strategies:
-        results.append(run(seed, strategy, warm, work, args))
-        print(json.dumps(results[-1]), flush=True)
+    for arm in args.arms:
+        results.append(run(seed, arm, warm, work, args))
+        brief = {k: v for k, v in results[-1].items() if k not in ("curve", "levels")}
+        print(json.dumps(brief), flush=True)
     return results
 
 
-def describe(args: argparse.Namespace) -> str:
-    envs = ", ".join(
-        f"{e['name']} levels {e['levels'][0]}-{e['levels'][-1]} (weight {e['weight']:g})"
-        for e in args.env
+def build_parser(doc: str, defaults: dict[str, Any] | None = None) -> argparse.ArgumentParser:
+    """The command line; `defaults` replaces some defaults (another benchmark's setting)."""
+    parser = argparse.ArgumentParser(
+        description=doc.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
-    sampling = (
-        f"dynamic sampling up to {args.max_rounds} rounds"
-        if args.dynamic_sampling
-        else "fixed batch"
+    parser.add_argument("--seeds", type=int, nargs="+", default=[10, 11, 12, 13, 14])
+    parser.add_argument(
+        "--arms",
+        "--strategies",
+        nargs="+",
+        default=["uniform", "frontier"],
+        choices=ARMS,
+        help="curriculum strategies; STRATEGY-nods: that strategy with dynamic sampling off",
     )
-    train = f"{args.train_per_level} per level" if args.train_per_level else "4000 per environment"
-    warm = (
-        f"{args.sft_train_per_level} per level" if args.sft_train_per_level else "the train split"
-    )
-    levels = f"levels <= {args.sft_max_level}" if args.sft_max_level else "all levels"
-    return (
-        f"{envs}; warm-start {args.sft_steps} steps on {warm}, {levels}; "
-        f"GRPO train items {train}, validation {args.validation_size} per environment; "
-        f"{args.prompts} prompts x {args.generations} per step at temperature "
-        f"{args.temperature}, {sampling}; {args.max_rollouts:,} rollouts (at most {args.max_steps} steps), lr {args.lr}, "
-        f"eval every {args.eval_every}; target warm-start + {args.gain}"
-    )
-
-
-def crossing_cell(result: dict, gain: float) -> str:
-    """Rollouts (step) at which this run's curve first reached warm-start + `gain`, computed
-    from the curve (so `--results FILE --gain G` reports G's crossings), or the censored bound
-    when it never did within its budget."""
-    point = first_reaching(result["curve"], gain)
-    if point is None:
-        return f"> {result['rollouts_total']:,} (censored)"
-    return f"{point[2]:,} ({point[0]})"
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=STRATEGIES)
+    parser.add_argument("--baseline", default="uniform", help="the arm ratios are taken against")
     parser.add_argument(
         "--env",
         type=env_spec,
@@ -331,13 +343,24 @@ def main() -> None:
     parser.add_argument("--dynamic-sampling", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--max-rounds", type=int, default=6)
     parser.add_argument(
-        "--max-rollouts", type=int, default=200_000, help="each run's budget in completions"
+        "--max-rollouts", type=int, default=400_000, help="each run's budget in completions"
     )
     parser.add_argument(
-        "--max-steps", type=int, default=400, help="a cap; the rollout budget ends a run first"
+        "--max-steps",
+        type=int,
+        default=600,
+        help="a cap (the rollout budget ends a run first); also the length of the schedules "
+        "of easy_first and competence_based",
     )
     parser.add_argument("--eval-every", type=int, default=5)
-    parser.add_argument("--gain", type=float, default=0.05, help="accuracy above the warm-start")
+    parser.add_argument(
+        "--gains",
+        type=float,
+        nargs="+",
+        default=[0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08],
+        help="targets: held-out accuracy this far above the warm-start's",
+    )
+    parser.add_argument("--gain", type=float, help="one target only (the older option)")
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--temperature", type=float, default=0.7, help="rollout sampling")
     parser.add_argument("--sft-steps", type=int, default=150)
@@ -357,88 +380,103 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, help="also write the results as JSON")
     parser.add_argument(
-        "--results", type=Path, help="report a JSON written by --out again instead of running"
+        "--results",
+        type=Path,
+        nargs="+",
+        help="report JSON files written by --out again instead of running (several: runs of "
+        "the same setting on other seeds, reported together)",
     )
     parser.add_argument("--plot", type=Path, help="draw accuracy against rollouts to this PNG")
     parser.add_argument("--work", type=Path, help="keep the run directories here")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--collect",
+        type=Path,
+        help="report the finished runs of --seeds and --arms kept in this --work directory "
+        "instead of running them (with --out: save them as a result file)",
+    )
+    # `--env` appends: a default list would be appended to, so it is applied after parsing
+    parser.set_defaults(**{k: v for k, v in (defaults or {}).items() if k != "env"})
+    return parser
+
+
+def load_results(paths: list[Path]) -> tuple[dict, list[dict]]:
+    """The setting and the runs of one or more result files of the same setting (other seeds)."""
+    setting: dict = {}
+    results: list[dict] = []
+    for path in paths:
+        saved = json.loads(path.read_text())
+        these = saved["setting"]
+        these["arms"] = these.get("arms") or these["strategies"]
+        differ = {
+            key
+            for key in these.keys() & setting.keys()
+            if these[key] != setting[key] and key not in VARY_BETWEEN_FILES
+        }
+        if differ:
+            raise SystemExit(f"{path}: another setting than the files before it ({sorted(differ)})")
+        seeds = setting.get("seeds", []) + [
+            s for s in these["seeds"] if s not in setting.get("seeds", [])
+        ]
+        arms = setting.get("arms", []) + [
+            a for a in these["arms"] if a not in setting.get("arms", [])
+        ]
+        # the first file's baseline stays (a file of the remaining arms of a seed has another)
+        setting = these | {
+            "seeds": seeds,
+            "arms": arms,
+            "baseline": setting.get("baseline") or these.get("baseline", "uniform"),
+        }
+        results += saved["results"]
+    runs = [(r["seed"], r.get("arm") or r["strategy"]) for r in results]
+    if len(set(runs)) < len(runs):
+        raise SystemExit("the result files hold the same seed and arm more than once")
+    return setting, results
+
+
+def main(argv: list[str] | None = None, doc: str = __doc__, defaults: dict | None = None) -> None:
+    args = build_parser(doc, defaults).parse_args(argv)
     if not args.env:
-        args.env = [env_spec("sort:2-20:1")]
-
-    if args.results:  # report a saved run again (another --gain, a plot) without running it
-        saved = json.loads(args.results.read_text())
-        keep = {"gain": args.gain, "plot": args.plot}
-        args = argparse.Namespace(**(saved["setting"] | keep))
-        report(args, saved["results"])
+        args.env = (defaults or {}).get("env") or [env_spec("sort:2-20:1")]
+    if args.gain is not None:
+        args.gains = [args.gain]
+    if args.results:  # report saved runs again (other targets, a plot) without running them
+        setting, results = load_results(args.results)
+        args = argparse.Namespace(
+            **(
+                {"baseline": "uniform"}
+                | setting
+                | {"gains": args.gains, "plot": args.plot, "results": args.results}
+            )
+        )
+        report(args, results)
         return
+    if args.baseline not in args.arms:
+        raise SystemExit(f"--baseline {args.baseline} is not one of --arms {args.arms}")
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        work = args.work or Path(tmp)
-        if args.jobs > 1:  # seeds are independent: one process per seed, `--jobs` at a time
-            context = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
-                runs = pool.map(
-                    run_seed, args.seeds, [work] * len(args.seeds), [args] * len(args.seeds)
-                )
-                results = [res for seed_results in runs for res in seed_results]
-        else:
-            results = [res for seed in args.seeds for res in run_seed(seed, work, args)]
-
+    if args.collect:
+        results = collect(args.collect, args)
+    else:
+        results = run_all(args)
     if args.out:
-        setting = vars(args) | {"env": args.env}
+        setting = vars(args) | {"env": args.env, "machine": machine(), "date": time.ctime()}
         args.out.write_text(
-            json.dumps({"setting": setting, "results": results}, indent=2, default=str)
+            json.dumps({"setting": setting, "results": results}, indent=1, default=str)
         )
     report(args, results)
     print(f"elapsed: {time.perf_counter() - started:.0f} s")
 
 
-def report(args: argparse.Namespace, results: list[dict]) -> None:
-    """The per-seed table, the seed mean, other targets, and the plot if asked for."""
-    print(f"\nsetting: {describe(args)}")
-    if len(args.strategies) < len(STRATEGIES):
-        return
-    by_seed = {
-        seed: {r["strategy"]: r for r in results if r["seed"] == seed} for seed in args.seeds
-    }
-    print(f"rollouts to raise held-out accuracy {args.gain} above the warm-start\n")
-    header = ["seed", "warm-start accuracy"]
-    header += [f"{s}: rollouts to target (step)" for s in STRATEGIES]
-    header += ["frontier / uniform", "final accuracy uniform / frontier", "rollouts in all u / f"]
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    ratios = []
-    for seed, row in by_seed.items():
-        cell, value = ratio_cell(row, args.gain)
-        if value is not None:
-            ratios.append(value)
-        cells = [str(seed), f"{row['uniform']['warm_start_accuracy']:.3f}"]
-        cells += [crossing_cell(row[s], args.gain) for s in STRATEGIES]
-        cells += [cell, " / ".join(f"{row[s]['final_accuracy']:.3f}" for s in STRATEGIES)]
-        cells += [" / ".join(f"{row[s]['rollouts_total']:,}" for s in STRATEGIES)]
-        print("| " + " | ".join(cells) + " |")
-    if ratios:
-        print(
-            f"\nmedian ratio frontier / uniform: {statistics.median(ratios):.2f} "
-            f"(over the {len(ratios)} of {len(by_seed)} seeds where both reached the target)"
-        )
-    means = {s: seed_mean([row[s] for row in by_seed.values()]) for s in STRATEGIES}
-    hit = {s: first_reaching(means[s]["curve"], args.gain) for s in STRATEGIES}
-    print(
-        f"\nmean over the {len(by_seed)} seeds (latest accuracy of each, along the rollouts axis):"
-    )
-    print(f"  warm-start accuracy {means['uniform']['curve'][0][1]:.3f}")
-    for s in STRATEGIES:
-        reached = "not reached" if hit[s] is None else f"{hit[s][2]:,}"
-        print(f"  {s}: rollouts to target {reached}")
-    print(f"  frontier / uniform: {ratio_cell(means, args.gain)[0]}")
-    print("\nthe same ratios for other targets (warm-start + gain): per seed | seed mean")
-    for gain in (0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08):
-        cells = [ratio_cell(row, gain)[0] for row in by_seed.values()]
-        print(f"  +{gain:.2f}: " + ", ".join(cells) + f" | {ratio_cell(means, gain)[0]}")
-    if args.plot:
-        plot_curves(by_seed, means, args.gain, args.plot)
-        print(f"plot: {args.plot}")
+def run_all(args: argparse.Namespace) -> list[dict]:
+    """Every seed and arm, `--jobs` seeds at a time."""
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.work or Path(tmp)
+        if args.jobs > 1:  # seeds are independent: one process per seed, `--jobs` at a time
+            context = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
+                n = len(args.seeds)
+                runs = pool.map(run_seed, args.seeds, [work] * n, [args] * n)
+                return [res for seed_results in runs for res in seed_results]
+        return [res for seed in args.seeds for res in run_seed(seed, work, args)]
 
 
 if __name__ == "__main__":

@@ -132,6 +132,8 @@ def test_following_the_reference_scores_full_accuracy_at_a_fraction_of_the_token
     assert rows["reference plan"].accuracy == 1.0 == rows["store everything"].accuracy
     assert rows["no memory"].accuracy == 0.0 and rows["no memory"].memory_tokens == 0
     assert rows["RAG top-2 chunks"].accuracy < 1.0
+    # the inputs are far shorter than 32K tokens: long-context sees all of them
+    assert rows["long-context (last 32K tokens)"].accuracy == 1.0
     assert rows["reference plan"].memory_tokens <= 0.5 * rows["store everything"].memory_tokens
 
 
@@ -171,6 +173,7 @@ def test_jsonl_path_feeds_items_without_a_reference(tmp_path):
     assert [r.name for r in env.baselines("test")] == [
         "no memory",
         "store everything",
+        "long-context (last 32K tokens)",
         "RAG top-2 chunks",
         "rule",
     ]

@@ -32,9 +32,11 @@ def test_report_sets_agents_beside_the_baselines_on_the_same_instances():
     assert list(rows) == [
         "no memory",
         "store everything",
+        "long-context (last 32K tokens)",
         "RAG top-2 chunks",
         "rule",
         "reference plan",
+        "MemAgent-style rolling memory (silent agent)",
         "reference agent",
         "silent agent",
     ]
@@ -57,6 +59,9 @@ def test_report_sets_agents_beside_the_baselines_on_the_same_instances():
     assert rows["rule"]["accuracy (r1)"] == 1.0
     assert rows["rule"]["memory tokens"] >= ref["memory tokens"]
     assert table.to_dict()["rows"][0]["memory"] == "no memory"
+    rolling = rows["MemAgent-style rolling memory (silent agent)"]  # its paragraph is "[]"
+    assert rolling["accuracy (r1)"] == 0.0 and rolling["memory tokens"] == 0.0
+    assert all(row["reader errors"] == 0 for row in rows.values())
 
 
 def _memory_run_config(tmp_path) -> dict:
@@ -117,7 +122,12 @@ def test_eval_on_a_memory_run_prints_the_table_and_adds_it_to_the_summary(
     report = summary["reports"]["test"]
     assert report["checkpoint"].endswith("step_1")
     names = [row["memory"] for row in report["memory"]["rows"]]
-    assert names[:3] == ["no memory", "store everything", "RAG top-2 chunks"]
+    assert names[:4] == [
+        "no memory",
+        "store everything",
+        "long-context (last 32K tokens)",
+        "RAG top-2 chunks",
+    ]
     assert names[-2:] == ["warm-start agent", "GRPO agent (step_1)"]
     written = json.loads((tmp_path / "run" / "eval" / "step_1_test.json").read_text())
     assert written["reports"]["memory"] == report["memory"]
@@ -168,3 +178,48 @@ def test_llm_reader_configuration_errors_are_one_line():
             MemoryEnv("memory", judge="llm", chat={"base_url": server.base_url, "modle": "x"})
     with pytest.raises(HonedError, match="needs a chat model"):
         MemoryEnv("memory", reader="llm")
+
+
+class _EchoReader:
+    """A chat model that answers with the memory it was shown (the judge gets its own prompt
+    back, which says both yes and no: no verdict)."""
+
+    def chat(self, messages):
+        return messages[0]["content"]
+
+
+def test_report_on_paper_data_has_a_column_per_data_set_and_counts_reader_errors():
+    pytest.importorskip("pyarrow", reason="parquet fixtures need pyarrow")
+    from pathlib import Path
+
+    from honed.envs.memory.store import word_tokens
+
+    path = (
+        Path(__file__).parent / "fixtures" / "memory" / "memalpha_memoryagentbench" / "test.parquet"
+    )
+    env = MemoryEnv(
+        "memory", path=str(path), reader={"type": "llm", "concurrency": 2}, chat=_EchoReader()
+    )
+    silent = ScriptedGenerator(lambda prompt, seed: "[]")
+    table = env.report({"silent agent": silent}, "test")
+    sources = [
+        "ruler_qa1_197K",
+        "icl_banking77_5900shot_balance",
+        "infbench_sum_eng_shots2",
+        "longmemeval_s*",
+    ]
+    assert table.columns[1:5] == [f"accuracy: {s}" for s in sources]
+    assert table.columns[5:9] == [f"memory tokens: {s}" for s in sources]
+    rows = {row[0]: dict(zip(table.columns, row, strict=True)) for row in table.rows}
+    everything = rows["store everything"]
+    assert everything["accuracy: ruler_qa1_197K"] == 1.0  # "Kova Ltd" is in the echoed chunks
+    assert everything["accuracy: infbench_sum_eng_shots2"] == 1.0  # every keyword is there
+    assert everything["accuracy: icl_banking77_5900shot_balance"] == 0.0  # no \boxed{label}
+    assert everything["accuracy: longmemeval_s*"] == 0.0  # its one answer had no verdict
+    assert everything["reader errors"] == 1
+    assert everything["accuracy (r1)"] == pytest.approx(0.5)  # mean over the four data sets
+    assert rows["no memory"]["accuracy: ruler_qa1_197K"] == 0.0
+    assert rows["no memory"]["memory tokens: ruler_qa1_197K"] == 0.0
+    chunks = env.instances("test")[0].chunks  # store-everything keeps all of the input
+    assert everything["memory tokens: ruler_qa1_197K"] == sum(word_tokens(c) for c in chunks)
+    assert rows["silent agent"]["reader errors"] == 1  # the empty memory's LME answer

@@ -136,6 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="delete an existing run in --run-dir and start again",
     )
     train.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the config, the environments' data and servers, print the plan and stop; "
+        "loads no model, writes nothing",
+    )
+    train.add_argument(
         "--nproc",
         type=int,
         default=1,
@@ -222,6 +228,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if args.nproc < 1:
         raise HonedError(f"--nproc must be at least 1, not {args.nproc}")
+    if args.dry_run:
+        return train_dry_run(load_config(args.config, args.override), args)
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
         from honed.distributed.launch import launch
 
@@ -270,6 +278,19 @@ def cmd_train(args: argparse.Namespace) -> int:
         ],
     )
     reporter.note(f"summary: {run.summary_path}")
+    return 0
+
+
+def train_dry_run(config: Config, args: argparse.Namespace) -> int:
+    """`honed train --dry-run`: the plan (`honed.rl.plan`), with nothing loaded or written."""
+    from honed.rl.plan import training_plan
+
+    reporter = Reporter(enabled=not args.quiet)
+    rows = training_plan(config)
+    reporter.table(f"training plan: {args.config}", ["setting", "value"], rows)
+    reporter.note(
+        f"dry run: nothing was written; the run would go to {resolve_run_dir(args, config).path}"
+    )
     return 0
 
 

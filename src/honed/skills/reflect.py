@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from honed.models.chat import ChatFailure
+from honed.skills.agent import render_conversation
 from honed.skills.document import SkillDocument
 from honed.skills.edits import Edit, parse_edits
 from honed.skills.prompts import render
@@ -182,7 +183,8 @@ def cut_evidence(text: str, max_chars: int) -> str:
 
 
 def render_traces(rollouts: Sequence[Rollout], evidence: Evidence = DEFAULT_EVIDENCE) -> str:
-    """The attempts as the reflector reads them: whole prompts, replies cut as `evidence` says."""
+    """The attempts as the reflector reads them: whole prompts, replies cut as `evidence` says;
+    in a tools environment, the whole conversation (each call and result) instead of the reply."""
     blocks = []
     for i, r in enumerate(rollouts, start=1):
         kind = f", kind {r.kind}" if r.kind else ""
@@ -191,10 +193,15 @@ def render_traces(rollouts: Sequence[Rollout], evidence: Evidence = DEFAULT_EVID
         if evidence.show_reasoning and r.reasoning:
             reasoning = f"Target's reasoning:\n{cut_evidence(r.reasoning, evidence.max_chars)}\n\n"
         cut = " (cut short: it reached the target's max_tokens)" if r.truncated else ""
+        said = f"Target's reply{cut}:\n{cut_evidence(r.reply, evidence.max_chars)}"
+        if isinstance(r.messages, list):
+            conversation = cut_evidence(render_conversation(r.messages), evidence.max_chars)
+            said = (
+                f"Target's conversation (its turns, tool calls and results){cut}:\n{conversation}"
+            )
         blocks.append(
             f"### Attempt {i} (environment {r.env}{kind}; hard score {r.hard:g}, "
-            f"soft score {r.soft:.2f})\n\nTask:\n{r.prompt}\n\n{reasoning}Target's reply{cut}:\n"
-            f"{cut_evidence(r.reply, evidence.max_chars)}{expected}"
+            f"soft score {r.soft:.2f})\n\nTask:\n{r.prompt}\n\n{reasoning}{said}{expected}"
         )
     return "\n\n".join(blocks)
 

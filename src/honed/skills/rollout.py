@@ -1,7 +1,10 @@
 """The target at work: answering items with a skill in its system prompt, scored by the env.
 
 Any single-turn honed environment works: the target's reply goes to the environment's own
-scorer (`score_batch`), whose `success` is the hard score and `reward` the soft one.
+scorer (`score_batch`), whose `success` is the hard score and `reward` the soft one. So do
+`tools` environments: the target acts through the server's native tool calling
+(`honed.skills.agent`), the environment's reward functions score the whole conversation, and
+the rollout keeps it (`Rollout.messages`: tool calls and results) for the reflector.
 
 Every rollout is cached under (skill hash, environment, item key), in memory and in a JSONL file
 in the run directory; the skill hash is prefixed by a fingerprint of what else shapes the answer
@@ -35,8 +38,9 @@ from honed.envs.base import SingleTurnEnv
 from honed.errors import HonedError
 from honed.models.chat import ChatClient, ChatFailure, ChatModelConfig, ChatReply, Messages
 from honed.runs.files import atomic_write_text
+from honed.skills.agent import Conversation, is_tool_env, run_conversations
 from honed.skills.document import SkillDocument
-from honed.text import valid_text
+from honed.text import valid_text, valid_values
 from honed.types import Item, Prompt, prompt_text
 
 
@@ -60,6 +64,7 @@ class Rollout:
     reasoning: str = ""
     truncated: bool = False
     error: str | None = None
+    messages: list[dict[str, Any]] | None = None  # a tools environment's conversation
 
     @property
     def answered(self) -> bool:
@@ -192,15 +197,17 @@ class RolloutCache:
 
 
 def check_single_turn(envs: Mapping[str, Any]) -> dict[str, SingleTurnEnv]:
-    """The environments, after checking each can be driven by a chat model (one prompt, one
-    reply, a scorer for replies)."""
+    """The environments, after checking each can be driven by a chat model: one prompt, one
+    reply and a scorer for replies, or a `tools` environment (`honed.skills.agent`)."""
     for name, env in envs.items():
+        if is_tool_env(env):
+            continue
         if not (
             callable(getattr(env, "prompt", None)) and callable(getattr(env, "score_batch", None))
         ):
             raise HonedError(
                 f"environment '{name}' ({type(env).__name__}) is not single-turn: the skill loop "
-                "needs prompt(item) and score_batch(items, replies)"
+                "needs prompt(item) and score_batch(items, replies), or a tools environment"
             )
     return dict(envs)
 
@@ -259,7 +266,7 @@ class TargetRunner:
                 continue
             hit = self.cache.get(digest, item.env, item.key)
             # an empty answer is no answer, whoever cached it (earlier honed versions did)
-            if hit is None or not isinstance(hit.reply, str) or not hit.reply.strip():
+            if hit is None or not _usable(hit, is_tool_env(self.envs[item.env])):
                 todo[ident] = item
             else:
                 hits[ident] = (item, hit)
@@ -276,24 +283,39 @@ class TargetRunner:
     def _answer(
         self, skill: SkillDocument, digest: str, items: list[Item], stage: str
     ) -> list[Rollout]:
-        """Ask the target; each answer is scored and cached the moment it arrives."""
+        """Ask the target; each answer is scored and cached the moment it arrives. Items of
+        `tools` environments are conversations with the tools, one batch per environment."""
         if not items:
             return []
         prompts = [self.envs[item.env].prompt(item) for item in items]
         out: list[Rollout | None] = [None] * len(items)
-        failures = 0
-        replies = self.client.complete_many([self.messages(skill, p) for p in prompts], stage)
-        for index, result in replies:
-            item = items[index]
-            if isinstance(result, ChatFailure):
-                out[index] = self._failed(item, prompts[index], str(result))
-                failures += 1
-                if failures > self.max_failed_fraction * len(items):
-                    replies.cancel()
-                continue
-            (rollout,) = self._score([item], [_Answer.of(result)])
-            self.cache.put_many(digest, [rollout])
-            out[index] = rollout
+        plain = [i for i, item in enumerate(items) if not is_tool_env(self.envs[item.env])]
+        batches = [(None, plain)] if plain else []
+        for name in dict.fromkeys(item.env for item in items):
+            if is_tool_env(self.envs[name]):
+                batches.append((name, [i for i, item in enumerate(items) if item.env == name]))
+        for name, indices in batches:
+            requests = [self.messages(skill, prompts[i]) for i in indices]
+            if name is None:
+                replies: Any = self.client.complete_many(requests, stage)
+                give_up = self.max_failed_fraction * len(indices)
+            else:
+                replies = run_conversations(
+                    self.client, self.envs[name], requests, stage, self.max_failed_fraction
+                )
+            failures = 0
+            for k, result in replies:
+                index = indices[k]
+                item = items[index]
+                if isinstance(result, ChatFailure):
+                    out[index] = self._failed(item, prompts[index], str(result))
+                    failures += 1
+                    if name is None and failures > give_up:
+                        replies.cancel()
+                    continue
+                (rollout,) = self._score([item], [_Answer.of(result)])
+                self.cache.put_many(digest, [rollout])
+                out[index] = rollout
         unsent = "not sent: too many of the batch's requests had failed"
         return [
             r if r is not None else self._failed(items[i], prompts[i], unsent)
@@ -309,7 +331,7 @@ class TargetRunner:
             reply="",
             hard=0.0,
             soft=0.0,
-            expected=env.reference(item),
+            expected=_expected(env, item),
             kind=_kind(env, item),
             error=error,
         )
@@ -323,12 +345,9 @@ class TargetRunner:
         out: list[Rollout | None] = [None] * len(items)
         for name, indices in by_env.items():
             env = self.envs[name]
-            scores = env.score_batch(
-                [items[i] for i in indices], [answers[i].text for i in indices]
-            )
-            for i, score in zip(indices, scores, strict=True):
+            scores = _scores(env, [items[i] for i in indices], [answers[i] for i in indices])
+            for i, (hard, soft) in zip(indices, scores, strict=True):
                 item = items[i]
-                hard, soft = float(score.success), float(score.reward)
                 if not (math.isfinite(hard) and math.isfinite(soft)):
                     raise HonedError(
                         f"environment '{name}' returned a non-finite score (success {hard}, "
@@ -341,29 +360,67 @@ class TargetRunner:
                     reply=answers[i].text,
                     hard=hard,
                     soft=soft,
-                    expected=env.reference(item),
+                    expected=_expected(env, item),
                     kind=_kind(env, item),
                     reasoning=answers[i].reasoning,
                     truncated=answers[i].truncated,
+                    messages=answers[i].messages,
                 )
         return [r for r in out if r is not None]
 
 
 @dataclass(frozen=True)
 class _Answer:
-    """What an item's score and record are made from: the answer, reasoning, and whether it
-    was cut at `max_tokens`."""
+    """What an item's score and record are made from: the answer, reasoning, whether it was
+    cut at `max_tokens`, and a tools environment's conversation after the prompt."""
 
     text: str
     reasoning: str = ""
     truncated: bool = False
+    messages: list[dict[str, Any]] | None = None
 
     @classmethod
-    def of(cls, source: ChatReply | Rollout) -> _Answer:
+    def of(cls, source: ChatReply | Conversation | Rollout) -> _Answer:
         if isinstance(source, ChatReply):
             return cls(source.text, source.reasoning, source.truncated)
+        if isinstance(source, Conversation):
+            reasoning = "\n\n".join(source.reasoning)
+            return cls(source.answer, reasoning, source.truncated, source.after_prompt)
         reasoning = source.reasoning if isinstance(source.reasoning, str) else ""
-        return cls(valid_text(source.reply), valid_text(reasoning), source.truncated is True)
+        messages = valid_values(source.messages) if isinstance(source.messages, list) else None
+        return cls(
+            valid_text(source.reply), valid_text(reasoning), source.truncated is True, messages
+        )
+
+
+def _usable(hit: Rollout, tools: bool) -> bool:
+    """Whether a cached rollout holds an answer: text, and for a tools environment the
+    conversation it came from (an empty answer is no answer, whoever cached it)."""
+    if tools and not isinstance(hit.messages, list):
+        return False
+    return isinstance(hit.reply, str) and bool(hit.reply.strip())
+
+
+def _scores(env: Any, items: list[Item], answers: list[_Answer]) -> list[tuple[float, float]]:
+    """(hard, soft) per answer: a tools environment scores the whole conversation with its
+    reward functions, any other scores the reply."""
+    if is_tool_env(env):
+        done = env.score_conversations(
+            items, [a.messages or [] for a in answers], [a.truncated for a in answers]
+        )
+        return [(float(t.success), float(t.reward)) for t in done]
+    scores = env.score_batch(items, [a.text for a in answers])
+    return [(float(s.success), float(s.reward)) for s in scores]
+
+
+def _expected(env: Any, item: Item) -> str | None:
+    """The reference answer the reflector is shown: the environment's, or the final answer of
+    a tools environment's reference conversation."""
+    if is_tool_env(env):
+        turns = env.reference_turns(item)
+        content = turns[-1].get("content") if turns else None
+        return content if isinstance(content, str) else None
+    return env.reference(item)
 
 
 def _kind(env: SingleTurnEnv, item: Item) -> str | None:

@@ -2,7 +2,9 @@
 
 `MemoryEnv` is the environment; the modules are its parts: `store` (the three-store memory),
 `tools` and `parsing` (tool schemas, call formats, never-failing parsing), `prompt`, `data`
-(generator and JSONL loader), `retrieval` (BM25 and readers), `rewards`, `baselines`.
+(generator and JSONL loader), `formats` (Mem-α's and MemoryAgentBench's data on disk),
+`retrieval` (BM25 and readers), `metrics` (per-data-set scoring), `rewards`, `baselines`,
+`report` (the evaluation table).
 """
 
 from honed.envs.memory.env import GROUPINGS, MemoryEnv

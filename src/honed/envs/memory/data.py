@@ -107,7 +107,12 @@ class PlanOp:
 
 @dataclass
 class Instance:
-    """Chunks to read in order, questions about them, and (synthetic data) a reference plan;
+    """Chunks to read in order, questions about them, and (synthetic data) a reference plan.
+
+    `source` is the data set the instance comes from (Mem-α's `data_source`, e.g. `squad`,
+    `icl_banking77_5900shot_balance`; `honed` for honed's own): it picks the metric that scores
+    its questions (`metrics.py`) and groups the evaluation table by data set.
+
     `budget`, when set, caps the memory's tokens (an insert or update past it fails)."""
 
     id: str
@@ -115,6 +120,7 @@ class Instance:
     questions: list[Question]
     plan: list[list[PlanOp]] | None = None
     budget: int | None = None
+    source: str = "honed"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -128,6 +134,7 @@ class Instance:
             questions=[Question(**q) for q in data["questions"]],
             plan=None if plan is None else [[PlanOp(**op) for op in step] for step in plan],
             budget=data.get("budget"),
+            source=data.get("source", "honed"),
         )
 
 
@@ -448,6 +455,12 @@ def _parse_line(line: str, number: int, default_split: str) -> tuple[str, Instan
         record = json.loads(line)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    return parse_record(record, number, default_split)
+
+
+def parse_record(record: object, number: int, default_split: str) -> tuple[str, Instance]:
+    """(split, instance) of one record of honed's schema; `number` names it in a default id.
+    Raises `ValueError` saying what is wrong."""
     if not isinstance(record, dict):
         raise ValueError("expected a JSON object")
     split = record.get("split", default_split)

@@ -31,8 +31,9 @@ from typing import Any
 
 from honed.envs.base import Generator, Table
 from honed.envs.memory import baselines, paperdata
-from honed.envs.memory.data import DataSpec, Instance, generate, load_jsonl
+from honed.envs.memory.data import DataSpec, Instance, generate
 from honed.envs.memory.extractive import ExtractiveReader
+from honed.envs.memory.formats import CHUNK_TOKENS, load_data
 from honed.envs.memory.parsing import parse_calls
 from honed.envs.memory.prompt import (
     PROMPT_CHARS,
@@ -45,7 +46,7 @@ from honed.envs.memory.prompt import (
     visible_ids,
 )
 from honed.envs.memory.report import memory_report
-from honed.envs.memory.retrieval import Chat, answer_scores, chat_model, make_reader
+from honed.envs.memory.retrieval import Chat, answer_scores_many, chat_model, make_reader
 from honed.envs.memory.rewards import (
     COMPRESSION_WEIGHT,
     VALIDITY_WEIGHT,
@@ -143,11 +144,13 @@ class MemoryEnv:
     chunk reward (Mem-α's beta and gamma, renamed because the trainer's `beta` is the KL
     coefficient; `beta` and `gamma` still work, with a deprecation warning), `compression_clip`
     (None: a floor for r3), `no_call_credit` (1.0: r2/r4 of a clean empty reply), `reader`
-    ("retrieval" | "llm" | "extract": `extractive.py`, one sentence chosen without the answer
-    key), `judge` ("rule" | "llm"), `chat` (the chat model of the llm reader or
+    ("retrieval" | "llm", or `{type: llm, concurrency: N, chat: {...}}`: `retrieval.py`;
+    "extract": `extractive.py`, one sentence chosen without the answer key),
+    `judge` ("rule" | "llm"), `chat` (the chat model of the llm reader or
     judge: a `ChatModelConfig`-shaped mapping, `{base_url, model, api_key_env, ...}`, from which
     a `ChatClient` is built and checked before any work, or any object with
-    `chat(messages) -> str`), `top_k` (5 entries per store retrieved per question),
+    `chat(messages) -> str`), `top_k` (entries per store retrieved per question; default 5 for
+    honed's data, Mem-α's setting for its data: `retrieval.retrieval_defaults`),
     `core_tokens` (512), `count` (token counter, default word tokens), `recent` (5 entries of
     each store shown), `prompt_style` ("compact" | "full" | "chat": the official agent's prompt
     and tools through the policy's chat template, one token-exact turn per chunk), `prompt_chars` (the prompt budget:
@@ -158,7 +161,10 @@ class MemoryEnv:
     carry no `budget` of their own), `quote`
     (False: whether the reference plan, the warm-start's target, writes a content that is a
     sentence of the chunk as a quote of it, `"c": 2`; replies may quote either way), `path` (a
-    JSONL file of real instances instead of generated ones), and the data sizes of `DataSpec`
+    file, a folder or `{split: file}` of real instances instead of generated ones), `format`
+    (None: detected; `formats.FORMATS`), `chunk_tokens` (2048: chunk size for original
+    MemoryAgentBench records), `long_context_tokens` (32768: the long-context baseline's
+    window), and the data sizes of `DataSpec`
     (`train_size`, `validation_size`, `test_size`, `entities`, `facts`, `events`, `updates`,
     `relations`, `chatter`, `chatter_rate`).
     """
@@ -173,10 +179,10 @@ class MemoryEnv:
         validity_weight: float | None = None,
         compression_clip: float | None = None,
         no_call_credit: float = 1.0,
-        reader: str = "retrieval",
+        reader: str | Mapping[str, Any] = "retrieval",
         judge: str = "rule",
         chat: Chat | Mapping[str, Any] | None = None,
-        top_k: int = 5,
+        top_k: int | None = None,
         core_tokens: int = 512,
         count: TokenCounter = word_tokens,
         recent: int = 5,
@@ -186,7 +192,10 @@ class MemoryEnv:
         tool_format: str = "auto",
         quote: bool = False,
         memory_budget: int | None = None,
-        path: str | Path | None = None,
+        path: str | Path | Mapping[str, str] | None = None,
+        format: str | None = None,
+        chunk_tokens: int = CHUNK_TOKENS,
+        long_context_tokens: int = baselines.LONG_CONTEXT_TOKENS,
         **data: Any,
     ) -> None:
         weights = _reward_weights(name, data, compression_weight, validity_weight)
@@ -214,7 +223,9 @@ class MemoryEnv:
         if "llm" in (reader, judge):
             chat = chat_model(chat, f"memory env {name!r}")
         self.reader = (
-            ExtractiveReader() if reader == "extract" else make_reader(reader, chat)  # type: ignore[arg-type]
+            ExtractiveReader()
+            if reader == "extract"
+            else make_reader(reader, chat, f"memory env {name!r}")  # type: ignore[arg-type]
         )
         self.judge = make_judge(judge, chat)  # type: ignore[arg-type]
         self.top_k = top_k
@@ -238,6 +249,8 @@ class MemoryEnv:
         self.memory_budget = memory_budget
         self._count_prompt: TokenCounter | None = None
         self.path = path
+        self.format, self.chunk_tokens = format, chunk_tokens
+        self.long_context_tokens = long_context_tokens
         self.spec = DataSpec(**data)  # type: ignore[arg-type]
         self.spec.check()
         self._items: dict[str, list[Item]] = {}
@@ -251,7 +264,8 @@ class MemoryEnv:
             )
         if not self._items:
             if self.path is not None:
-                by_split = load_jsonl(self.path)
+                path = dict(self.path) if isinstance(self.path, Mapping) else self.path
+                by_split = load_data(path, self.format, self.count, self.chunk_tokens)
             else:
                 make = paperdata.generate if self.spec.synthetic == "paper" else generate
                 by_split = {s: make(s, self.spec, self.seed) for s in SPLITS}
@@ -294,11 +308,18 @@ class MemoryEnv:
                 turns = self._chat_turns(chat, generator, jobs, seeds)
             for (i, g), (prompt, text, segment) in zip(batch, turns, strict=True):
                 self._step(runs[i][g], instances[i].chunks[t], prompt, text, segment)
+        # every rollout's questions in one reader call: an LLM reader's requests run concurrently
+        cases = [
+            (run.memory, inst.questions, inst.source)
+            for inst, rs in zip(instances, runs, strict=True)
+            for run in rs
+        ]
+        scores = iter(answer_scores_many(cases, self.reader, self.top_k))
         return [
             Group(
                 self.name,
                 item.key,
-                [self._trajectory(inst, run) for run in item_runs],
+                [self._trajectory(inst, run, next(scores)) for run in item_runs],
                 level=item.level,
             )
             for item, inst, item_runs in zip(items, instances, runs, strict=True)
@@ -431,9 +452,9 @@ class MemoryEnv:
             {"role": "tool", "content": said, "memory": run.memory.to_dict()},
         ]
 
-    def _trajectory(self, inst: Instance, run: _Run) -> Trajectory:
-        scores = answer_scores(run.memory, inst.questions, self.reader, self.top_k)
-        r1 = mean(scores)
+    def _trajectory(self, inst: Instance, run: _Run, scores: list[float | None]) -> Trajectory:
+        scored = [s for s in scores if s is not None]
+        r1 = mean(scored) if scored else 0.0
         memory_tokens = run.memory.tokens()
         input_tokens = sum(self.count(c) for c in inst.chunks)
         r3 = compression(memory_tokens, input_tokens, self.compression_clip)
@@ -461,11 +482,13 @@ class MemoryEnv:
                 "parse_failures": float(sum(o.parse_failed for o in run.outcomes)),
                 "calls": float(sum(len(o.results) for o in run.outcomes)),
                 "judge_errors": float(sum(o.judge_errors for o in run.outcomes)),
+                "reader_errors": float(len(scores) - len(scored)),
             },
             prompt_text=run.prompts[0] if run.prompts else "",
             completion_text="\n\n".join(run.log),
             info={
                 "instance": inst.id,
+                "source": inst.source,
                 "memory": run.memory.to_dict(),
                 "chunk_rewards": rewards,
                 "answers": scores,
@@ -544,12 +567,15 @@ class MemoryEnv:
     # -- evaluation ------------------------------------------------------------------------
 
     def baselines(self, split: str = "test") -> list[baselines.BaselineResult]:
-        """The memory-free baselines, plus the reference plan's memory when the data has one."""
+        """The memory-free baselines, the rules, and the reference plan's memory when the data
+        has one."""
         return self.baselines_on(self.items(split))
 
     def baselines_on(self, items: Sequence[Item]) -> list[baselines.BaselineResult]:
         instances = [Instance.from_dict(item.data) for item in items]
-        results = baselines.run_baselines(instances, self.reader, count=self.count)
+        results = baselines.run_baselines(
+            instances, self.reader, count=self.count, long_context_tokens=self.long_context_tokens
+        )
         rules = [
             baselines.rule_memory(
                 i, core_tokens=self.core_tokens, count=self.count, budget=self.memory_budget
@@ -559,6 +585,7 @@ class MemoryEnv:
         results.append(
             baselines.memories_result("rule", instances, rules, self.reader, self.top_k, self.count)
         )
+        results += baselines.rule_results(instances, self.reader, self.top_k, self.count)
         planned = [inst for inst in instances if inst.plan is not None]
         if planned:
             memories = [self._replay(inst)[1] for inst in planned]
@@ -576,10 +603,20 @@ class MemoryEnv:
         num_items: int | None = None,
         seed: int = 0,
     ) -> Table:
-        """Baselines and agents side by side on the same items (see `report.py`)."""
+        """Baselines and agents side by side on the same items (see `report.py`); the last
+        agent's policy also writes the MemAgent-style rolling memory."""
         items = list(self.items(split))[:num_items]
         runs = {
             label: [g.trajectories[0] for g in self.rollout(items, generator, 1, seed)]
             for label, generator in agents.items()
         }
-        return memory_report(self.baselines_on(items), runs, len(items))
+        rows = self.baselines_on(items)
+        if agents:
+            label, generator = list(agents.items())[-1]
+            instances = [Instance.from_dict(item.data) for item in items]
+            rows.append(
+                baselines.rolling_memory(
+                    instances, self.reader, generator, label, count=self.count, seed=seed
+                )
+            )
+        return memory_report(rows, runs, len(items))

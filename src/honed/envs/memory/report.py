@@ -1,12 +1,18 @@
 """The memory table: baselines and agents side by side on the same instances.
 
-Rows: no memory, store-everything, RAG over raw chunks (top-2), the reference plan (when the
-data has one: what a perfect warm-start would write), then one row per agent, each rolled
-out once with the generator it is given (greedy decoding in `honed eval`). Columns are the
-reward's parts as the agents are scored: accuracy r1, memory tokens, tool success r2,
-compression r3, validity r4 and the mean chunk reward r1 + r2 + compression_weight·r3 +
-validity_weight·r4. The baselines call no tools, so r2, r4 and the chunk reward do not apply
-to them (`None`).
+Rows: no memory, store-everything, long-context, RAG over raw chunks (top-2), the registered
+rules (the rule baseline), the reference plan (when the data has one: what a perfect
+warm-start would write), the MemAgent-style rolling memory (written by the last agent's
+policy), then one row per agent, each rolled out once with the generator it is given (greedy
+decoding in `honed eval`).
+
+Columns: with instances from more than one data set, one accuracy column and one memory-tokens
+column per data set (`accuracy: <source>`, `memory tokens: <source>`) first, as Mem-α's tables
+give them; then the mean accuracy (r1; over data sets, as Mem-α's average
+column), memory tokens, tool success r2, compression r3, validity r4, the mean chunk reward
+r1 + r2 + compression_weight·r3 + validity_weight·r4, and the answers that could not be scored
+(reader errors: a judge without a verdict, a server that gave up). The baselines call no tools,
+so r2, r4 and the chunk reward do not apply to them (`None`).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from statistics import mean
 
 from honed.envs.base import Table
-from honed.envs.memory.baselines import BaselineResult
+from honed.envs.memory.baselines import BaselineResult, Scored
 from honed.types import Trajectory
 
 COLUMNS = [
@@ -26,33 +32,40 @@ COLUMNS = [
     "compression (r3)",
     "validity (r4)",
     "chunk reward",
+    "reader errors",
 ]
 
 
-def baseline_row(result: BaselineResult) -> list[object]:
+def agent_result(label: str, trajectories: Sequence[Trajectory]) -> BaselineResult:
+    """An agent's trajectories as per-instance outcomes, for the shared columns."""
+    return BaselineResult(
+        label,
+        [
+            Scored(
+                str(t.info.get("source", "honed")),
+                t.success,
+                t.components["memory_tokens"],
+                t.components["compression"],
+                int(t.components.get("reader_errors", 0)),
+            )
+            for t in trajectories
+        ],
+    )
+
+
+def _row(result: BaselineResult, sources: list[str], tools: list[float | None]) -> list[object]:
+    per_source, tokens = result.by_source, result.tokens_by_source
     return [
         result.name,
+        *([per_source.get(s) for s in sources] if len(sources) > 1 else []),
+        *([tokens.get(s) for s in sources] if len(sources) > 1 else []),
         result.accuracy,
         result.memory_tokens,
-        None,
+        tools[0],
         result.compression,
-        None,
-        None,
-    ]
-
-
-def agent_row(label: str, trajectories: Sequence[Trajectory]) -> list[object]:
-    def avg(key: str) -> float:
-        return mean(t.components[key] for t in trajectories)
-
-    return [
-        label,
-        mean(t.success for t in trajectories),
-        avg("memory_tokens"),
-        avg("tool_success"),
-        avg("compression"),
-        avg("validity"),
-        mean(t.reward for t in trajectories),
+        tools[1],
+        tools[2],
+        result.errors,
     ]
 
 
@@ -62,6 +75,19 @@ def memory_report(
     num_instances: int,
 ) -> Table:
     """The baselines' rows, then one row per agent (its trajectories on the same instances)."""
-    rows = [baseline_row(r) for r in baselines]
-    rows += [agent_row(label, list(trajectories)) for label, trajectories in agents.items()]
-    return Table(f"{num_instances} instances", list(COLUMNS), rows)
+    results = [(r, [None, None, None]) for r in baselines]
+    for label, trajectories in agents.items():
+        runs = list(trajectories)
+        tools = [
+            mean(t.components["tool_success"] for t in runs),
+            mean(t.components["validity"] for t in runs),
+            mean(t.reward for t in runs),
+        ]
+        results.append((agent_result(label, runs), tools))
+    sources = list(dict.fromkeys(s.source for r, _ in results for s in r.scored))
+    several = len(sources) > 1
+    columns = [COLUMNS[0], *([f"accuracy: {s}" for s in sources] if several else [])]
+    columns += [f"memory tokens: {s}" for s in sources] if several else []
+    columns += COLUMNS[1:]
+    rows = [_row(r, sources, tools) for r, tools in results]  # type: ignore[arg-type]
+    return Table(f"{num_instances} instances", columns, rows)

@@ -17,6 +17,7 @@ from honed.envs.multiturn.toolcalls import (
     ParsedTurn,
     ToolCall,
     format_calls,
+    openai_call,
     parse_tool_calls,
 )
 
@@ -30,6 +31,7 @@ __all__ = [
     "Turn",
     "chat_format",
     "format_calls",
+    "openai_call",
     "parse_tool_calls",
     "run_episodes",
 ]

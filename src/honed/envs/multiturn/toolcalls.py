@@ -195,6 +195,17 @@ def _call_from(obj: Any) -> tuple[ToolCall | None, str]:
     return ToolCall(name.strip(), arguments), ""
 
 
+def openai_call(entry: Any) -> tuple[ToolCall | None, str]:
+    """One entry of an OpenAI `tool_calls` list (a server's native tool calling) as a
+    `ToolCall` with the server's `id`, or `None` and the error message the model is shown."""
+    call, problem = _call_from(entry)
+    if call is None:
+        return None, _unreadable(json.dumps(valid_values(entry), ensure_ascii=False), problem)
+    ident = entry.get("id") if isinstance(entry, dict) else None
+    call.id = ident if isinstance(ident, str) else ""
+    return call, ""
+
+
 def _unreadable(body: str, problem: str) -> str:
     shown = body if len(body) <= _QUOTED_CHARS else body[:_QUOTED_CHARS] + "…"
     return f"could not read the tool call {shown!r}: {problem}"

@@ -45,15 +45,17 @@ from honed.envs.multiturn import (
     ChatFormat,
     Episode,
     chat_format,
+    openai_call,
     parse_tool_calls,
     run_episodes,
 )
-from honed.envs.multiturn.episode import ANSWER
+from honed.envs.multiturn.episode import ANSWER, LENGTH, MAX_TURNS, Turn
 from honed.envs.rewards import RewardSet
 from honed.envs.tools.functions import load_tools
 from honed.envs.tools.report import episode_row, tool_report
 from honed.envs.tools.toolbox import ToolBox
 from honed.errors import HonedError
+from honed.text import valid_text
 from honed.types import Group, Item, Message, Prompt, Sample, Trajectory, derive_seed, prompt_text
 from honed.user_code import load_object
 
@@ -331,6 +333,76 @@ class ToolEnv(JsonlData):
             )
         return out
 
+    def score_conversations(
+        self,
+        items: Sequence[Item],
+        conversations: Sequence[Sequence[Message]],
+        truncated: Sequence[bool] | None = None,
+    ) -> list[Trajectory]:
+        """Score episodes that happened elsewhere: each conversation is the OpenAI messages after
+        the item's prompt (assistant turns with wire-format `tool_calls`, `tool` messages
+        answering them by `tool_call_id`), as the skill loop's target produced them through a
+        server's native tool calling. Scored by the same reward functions, with the same
+        `trajectory` records, as a rollout of the policy."""
+        truncated = truncated or [False] * len(items)
+        episodes = [
+            self.episode_from_messages(item, list(messages), cut)
+            for item, messages, cut in zip(items, conversations, truncated, strict=True)
+        ]
+        return self.trajectories(items, episodes)
+
+    def episode_from_messages(self, item: Item, messages: list[Message], cut: bool) -> Episode:
+        """An `Episode` (without tokens) from a conversation after the prompt. A call that
+        cannot be read is a format error; a result counts as an error when it starts with
+        `Error:` (how the toolbox reports every failure); the episode ended on an answer when
+        its last assistant turn called nothing, else it ran out of turns (or was cut)."""
+        episode = Episode(self.prompt(item), [])
+        answers = {
+            m.get("tool_call_id"): _text(m.get("content"))
+            for m in messages
+            if isinstance(m, dict) and m.get("role") == "tool"
+        }
+        for message in messages:
+            if not isinstance(message, dict) or message.get("role") != "assistant":
+                continue
+            content = _text(message.get("content"))
+            turn = Turn(content, content=content)
+            entries = message.get("tool_calls") or []
+            replies: list[Message] = []
+            for entry in entries if isinstance(entries, list) else [entries]:
+                call, problem = openai_call(entry)
+                result = answers.get(call.id if call else _entry_id(entry))
+                if call is None:
+                    turn.format_errors.append(problem)
+                    name = TOOL_ERROR_NAME
+                else:
+                    turn.calls.append(call)
+                    name = call.name
+                    if result is not None:
+                        known = call.name if call.name in self.toolbox.tools else None
+                        error = result.startswith("Error:")
+                        turn.results.append(
+                            {
+                                "name": name,
+                                "content": result,
+                                "error": error,
+                                "tool": known,
+                                "seconds": 0.0,
+                            }
+                        )
+                if result is not None:
+                    reply = {"role": "tool", "name": name, "content": result}
+                    replies.append({**reply, "tool_call_id": call.id if call else ""})
+            episode.turns.append(turn)
+            record: Message = {"role": "assistant", "content": content}
+            if turn.calls:
+                record["tool_calls"] = [c.message() for c in turn.calls]
+            episode.messages += [record, *replies]
+        last = episode.turns[-1] if episode.turns else None
+        final = last is not None and not (last.calls or last.format_errors)
+        episode.stop = LENGTH if cut else ANSWER if final else MAX_TURNS
+        return episode
+
     def step_metrics(self, groups: Sequence[Group]) -> dict[str, float]:
         """Per episode: turns, tool calls, share that used a tool, tool error rate (calls that
         failed and unreadable calls, over all attempted), truncation rate, share that ran out of
@@ -412,6 +484,16 @@ class ToolEnv(JsonlData):
         """The reference solver, the `baselines` rules, and each agent with and without its
         tools, on the same items (`report.py`)."""
         return tool_report(self, agents, list(self.items(split))[:num_items], seed)
+
+
+def _text(content: Any) -> str:
+    """A message's `content` as text (`None`, as with tool calls, is empty)."""
+    return valid_text(content) if isinstance(content, str) else ""
+
+
+def _entry_id(entry: Any) -> str | None:
+    ident = entry.get("id") if isinstance(entry, dict) else None
+    return ident if isinstance(ident, str) else None
 
 
 def transcript(episode: Episode) -> str:
