@@ -19,7 +19,7 @@ digit strings:
   all of them every rollout wrong; the share of all-right groups grows as GRPO learns).
 
 The design aimed at GRPO raising held-out accuracy by 0.20 or more within the budget; measured
-on seeds 20 and 21 it did not (`uniform` +0.19 and +0.08; bench/README.md has the numbers).
+on seeds 20-22 it did not (`uniform` +0.19, +0.08, +0.12; bench/README.md has the numbers).
 
 Arms (everything else equal, every arm from the same warm-start per seed): `uniform`,
 `frontier`, `competence_based` (Platanios competence) and `easy_first`, each with dynamic
