@@ -130,6 +130,19 @@ def rouge_l(prediction: str, references: Sequence[str]) -> float:
     return max(scorer.score(ref, prediction)["rougeL"].fmeasure for ref in references)
 
 
+def json_object(text: str) -> dict | None:
+    """The JSON object a judge's reply holds between its first `{` and last `}`, if any (a
+    judge often wraps it in prose or a code fence)."""
+    start, end = text.find("{"), text.rfind("}")
+    if not 0 <= start < end:
+        return None
+    try:
+        decoded = json.loads(text[start : end + 1])
+    except json.JSONDecodeError:
+        return None
+    return decoded if isinstance(decoded, dict) else None
+
+
 def parse_yes_no(reply: str | None) -> bool | None:
     """Yes (True), no (False) or no verdict (None) from a judge's reply, strictly: a JSON
     object's `answer`/`label`/`verdict`, else the last line that says yes/no (or
@@ -137,16 +150,11 @@ def parse_yes_no(reply: str | None) -> bool | None:
     text = answer_text(reply or "")
     if not text:
         return None
-    start, end = text.find("{"), text.rfind("}")
-    if 0 <= start < end:
-        try:
-            decoded = json.loads(text[start : end + 1])
-        except json.JSONDecodeError:
-            decoded = None
-        if isinstance(decoded, dict):
-            for key in ("answer", "label", "verdict", "correct"):
-                if key in decoded:
-                    return _agreed(str(decoded[key]))
+    decoded = json_object(text)
+    if decoded is not None:
+        for key in ("answer", "label", "verdict", "correct"):
+            if key in decoded:
+                return _agreed(str(decoded[key]))
     for line in reversed([line for line in text.splitlines() if line.strip()]):
         verdict = _agreed(line)
         if verdict is not None:

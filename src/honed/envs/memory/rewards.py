@@ -23,12 +23,12 @@ verdict scores r4 = 0, as an unrecognised reply did in the official code.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from honed.envs.memory.metrics import json_object
 from honed.envs.memory.retrieval import Chat
 from honed.envs.memory.store import CORE, EPISODIC, SEMANTIC, ToolResult
 from honed.errors import HonedError, did_you_mean
@@ -179,14 +179,9 @@ def parse_verdict(reply: str | None) -> bool | None:
     if "<think>" in text.lower():
         return None
     text = text.replace("*", "").replace("`", "").strip()
-    start, end = text.find("{"), text.rfind("}")
-    if 0 <= start < end:
-        try:
-            decoded = json.loads(text[start : end + 1])
-        except json.JSONDecodeError:
-            decoded = None
-        if isinstance(decoded, dict):
-            return _json_verdict(decoded)
+    decoded = json_object(text)
+    if decoded is not None:
+        return _json_verdict(decoded)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     for line in reversed(lines):
         marker = _MARKER.match(line)
