@@ -15,6 +15,19 @@ def correct(completions, answer, **kwargs) -> list[float]:
     ]
 
 
+def call_errors(trajectory, **kwargs) -> list[float]:
+    """-1 when any call of the episode was unreadable or failed, else 0: a penalty that never
+    ranks a wrong answer above running out of turns (a bonus for "answered" would, and GRPO
+    then reinforces wrong answers in groups where nothing is right)."""
+    return [
+        -float(
+            any(t["format_errors"] for t in episode["turns"])
+            or any(r["error"] for t in episode["turns"] for r in t["tool_results"])
+        )
+        for episode in trajectory
+    ]
+
+
 def clean_calls(trajectory, **kwargs) -> list[float]:
     """1 when the episode answered after calling tools, every call readable and error-free (an
     episode without calls, or one that ran out of turns, gets nothing)."""

@@ -1,0 +1,90 @@
+"""examples/tools.yaml, the README's tool-using agent: its data is what `world.py` generates, and
+its reward, run through the real `tools` environment, ranks episodes as the README says: a
+wrong answer earns no more than running out of turns (the design GRPO needs there), a failed
+call costs a little, and success is a correct answer whatever the calls.
+
+Turns are scripted (`ScriptedGenerator`); the template, parsing, tools and rewards are the
+example's and the product's.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+from tool_world import ScriptedGenerator, hermes
+
+from honed.config import PolicyConfig, TinyModelConfig, load_config
+from honed.models.policy import Policy
+from honed.rl.trainer import build_envs
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "tools"
+SHAPE = TinyModelConfig(
+    hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32
+)
+
+
+def test_the_shipped_world_is_what_world_py_generates(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("tools_world", EXAMPLE / "world.py")
+    world = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(world)
+    monkeypatch.setattr(world, "HERE", tmp_path)
+    world.main()
+    for name in ("world.json", "train.jsonl", "test.jsonl"):
+        assert (tmp_path / name).read_bytes() == (EXAMPLE / name).read_bytes(), name
+
+
+@pytest.fixture(scope="module")
+def shop():
+    config = load_config(ROOT / "examples" / "tools.yaml")
+    env = build_envs(config)["shop"]
+    policy = Policy.from_config(PolicyConfig(tiny=SHAPE, chat_template=True), seed=0)
+    return env, policy, config.trainer.max_completion_length
+
+
+def episode(shop, kind: str, plan: str = ""):
+    """A scripted agent on the first test question of `kind` (`price` or `sum`): it looks the
+    question's products up, all in one turn (`sequential`: one per turn, as most training
+    demonstrations of sums do), adds two prices with `calc`, and answers; `wrong` answers one
+    more than that, `typo` also looks up a product that does not exist in its first turn."""
+    env, policy, budget = shop
+    item = next(i for i in env.items("test") if i.data["kind"] == kind)
+    products = item.data["products"]
+
+    def script(context: str, seed: int) -> str:
+        turn = context.count("A:") - 1
+        results = [int(r) for r in re.findall(r"R:(\d+)\n", context)]
+        lookups = [hermes("lookup", name=n) for n in products]
+        if "typo" in plan:
+            lookups.append(hermes("lookup", name="zz9"))
+        if "sequential" in plan and turn < len(lookups):
+            return lookups[turn]
+        if turn == 0:
+            return "".join(lookups)
+        if len(results) == 2 and kind == "sum":
+            return hermes("calc", expression=f"{results[0]}+{results[1]}")
+        return str(results[-1] + ("wrong" in plan))
+
+    return env.rollout([item], ScriptedGenerator(policy, script, budget), 1, 0)[0].trajectories[0]
+
+
+def test_a_right_answer_succeeds_and_a_wrong_one_earns_what_running_out_of_turns_does(shop):
+    right, wrong, out_of_turns = (
+        episode(shop, "sum", plan) for plan in ("", "wrong", "sequential")
+    )
+    assert right.info["episode"]["stop"] == wrong.info["episode"]["stop"] == "answer"
+    assert out_of_turns.info["episode"]["stop"] == "max_turns"
+    assert (right.reward, right.success) == (1.0, 1.0)
+    assert (wrong.reward, wrong.success) == (0.0, 0.0)
+    assert (out_of_turns.reward, out_of_turns.success) == (0.0, 0.0)
+
+
+def test_a_failed_call_costs_a_tenth_and_a_right_answer_after_one_still_succeeds(shop):
+    slip, slip_wrong = (episode(shop, "price", plan) for plan in ("typo", "typo wrong"))
+    assert slip.info["episode"]["stop"] == "answer"
+    assert slip.components == {"correct": 1.0, "call_errors": -1.0}
+    assert (slip.reward, slip.success) == (pytest.approx(0.9), 1.0)
+    assert (slip_wrong.reward, slip_wrong.success) == (pytest.approx(-0.1), 0.0)
