@@ -70,21 +70,22 @@ class BaselineResult:
     name: str
     scored: list[Scored] = field(default_factory=list)
 
+    def _mean_by_source(self, field_name: str) -> dict[str, float]:
+        """The mean of one `Scored` field per data set, in order of first appearance."""
+        groups: dict[str, list[float]] = {}
+        for s in self.scored:
+            groups.setdefault(s.source, []).append(getattr(s, field_name))
+        return {source: mean(values) for source, values in groups.items()}
+
     @property
     def by_source(self) -> dict[str, float]:
         """Mean accuracy per data set, in order of first appearance."""
-        groups: dict[str, list[float]] = {}
-        for s in self.scored:
-            groups.setdefault(s.source, []).append(s.accuracy)
-        return {source: mean(values) for source, values in groups.items()}
+        return self._mean_by_source("accuracy")
 
     @property
     def tokens_by_source(self) -> dict[str, float]:
         """Mean memory tokens per data set, in order of first appearance."""
-        groups: dict[str, list[float]] = {}
-        for s in self.scored:
-            groups.setdefault(s.source, []).append(s.memory_tokens)
-        return {source: mean(values) for source, values in groups.items()}
+        return self._mean_by_source("memory_tokens")
 
     @property
     def accuracy(self) -> float:
