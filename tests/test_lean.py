@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import inspect
+import warnings
 
 import pytest
 import torch
@@ -11,7 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 import honed.models.generation as generation_module
 import honed.models.lean as lean_module
 import honed.models.scoring as scoring_module
-from honed.models.kvcache import InPlaceLayer, sampling_cache
+from honed.models.kvcache import InPlaceLayer, cache_argument, sampling_cache
 from honed.models.lean import LeanDecoder, _mask_bias, supports_lean, supports_lean_decoding
 from honed.models.policy import Policy, SamplingParams, left_pad
 from honed.models.scoring import PrefixBatch, build_batch, make_batch, score
@@ -65,7 +67,7 @@ def test_a_lean_step_gives_the_logits_of_the_models_forward(shape):
                 input_ids=ids,
                 attention_mask=attention,
                 position_ids=positions,
-                past_key_values=cache,
+                **cache_argument(model, cache),
                 use_cache=True,
             )
         lean = LeanDecoder(model, ids.shape[1] + 4)
@@ -77,7 +79,7 @@ def test_a_lean_step_gives_the_logits_of_the_models_forward(shape):
                 input_ids=token[:, None],
                 attention_mask=attention,
                 position_ids=pos[:, None],
-                past_key_values=caches[0],
+                **cache_argument(model, caches[0]),
                 use_cache=True,
             ).logits[:, -1]
             got = lean.step(token, pos, lean.padding_bias(attention), caches[1].layers)
@@ -97,6 +99,48 @@ def test_sampling_is_the_same_with_and_without_the_lean_step(shape, monkeypatch)
     for a, b in zip(lean, plain, strict=True):
         assert a.completion_ids == b.completion_ids
         assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
+
+
+def test_transformers_forward_takes_the_cache_by_the_name_its_forward_declares(monkeypatch):
+    """transformers 5 renamed the cache argument to `cache`, warns on `past_key_values` and
+    drops it in 5.40: sampling and prefix scoring through transformers' own forward (the path
+    every model the lean forwards do not cover takes) must not use the old name, bare or under
+    a peft adapter, while a forward that only knows `past_key_values` still gets it."""
+    peft = pytest.importorskip("peft", reason="pip install peft (the dev extras) to run this")
+    monkeypatch.setattr(generation_module, "supports_lean_decoding", lambda model: False)
+    monkeypatch.setattr(scoring_module, "supports_lean", lambda model: False)
+    policy = _llama()
+    adapted = peft.get_peft_model(
+        copy.deepcopy(policy.model), peft.LoraConfig(r=2, target_modules=["q_proj"])
+    )
+    texts = ["12+3=", "12+3=", "7-1="]
+    params = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=5)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*past_key_values")
+        for model in (policy.model, adapted):
+            samples = Policy(model, policy.tokenizer).generate(
+                [policy.encode(t) for t in texts], [1, 2, 3], params
+            )
+            batch = build_batch(
+                [s.prompt_ids for s in samples],
+                [s.completion_ids for s in samples],
+                [[1] * len(s.completion_ids) for s in samples],
+                policy.pad_id,
+            )
+            assert isinstance(batch, PrefixBatch)  # the prompt's cache is reused
+            assert score(model, batch).logprobs.isfinite().all()
+
+    class OlderForward(torch.nn.Module):
+        def forward(self, input_ids=None, past_key_values=None, **kwargs): ...
+
+    expected = (
+        "cache"
+        if "cache" in inspect.signature(LlamaForCausalLM.forward).parameters
+        else "past_key_values"
+    )
+    assert cache_argument(policy.model, "C") == {expected: "C"}
+    assert cache_argument(adapted, "C") == {expected: "C"}
+    assert cache_argument(OlderForward(), "C") == {"past_key_values": "C"}
 
 
 def test_other_models_and_training_mode_take_transformers_forward():

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from honed.models.device import model_device
-from honed.models.kvcache import InPlaceLayer, sampling_cache
+from honed.models.kvcache import InPlaceLayer, cache_argument, sampling_cache
 from honed.models.lean import LeanDecoder, supports_lean_decoding
 from honed.types import Sample
 
@@ -125,7 +125,7 @@ def prefill(
         input_ids=input_ids,
         attention_mask=attention,
         position_ids=positions,
-        past_key_values=cache,
+        **cache_argument(model, cache),
         use_cache=True,
         logits_to_keep=1,
     )
@@ -202,7 +202,7 @@ def _step(model: PreTrainedModel, state: Decoding, tok: torch.Tensor) -> torch.T
         input_ids=tok[:, None],
         attention_mask=state.attention[:, : state.width],
         position_ids=state.next_pos[:, None],
-        past_key_values=state.cache,
+        **cache_argument(model, state.cache),
         use_cache=True,
     )
     return out.logits[:, -1, :].float()

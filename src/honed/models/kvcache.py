@@ -12,6 +12,10 @@ Only plain full-attention layers are replaced; any other kind a model's config a
 
 from __future__ import annotations
 
+import functools
+import inspect
+from typing import Any
+
 import torch
 from transformers import DynamicCache, PretrainedConfig
 from transformers.cache_utils import DynamicLayer
@@ -92,3 +96,17 @@ def sampling_cache(config: PretrainedConfig, capacity: int) -> DynamicCache:
     else:  # no layer types in the config: layers are created on first use
         cache.layer_class_to_replicate = lambda: InPlaceLayer(capacity)
     return cache
+
+
+def cache_argument(model: torch.nn.Module, cache: Any) -> dict[str, Any]:
+    """`{keyword: cache}` for `model`'s forward. transformers 5 takes the cache as `cache` and
+    warns that `past_key_values`, the name of every earlier release down to our floor, will be
+    removed; a model whose forward does not name `cache` gets the older keyword. A peft wrapper
+    passes keywords through to the model it wraps, so that model's forward decides."""
+    target = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return {_cache_keyword(type(target)): cache}
+
+
+@functools.cache
+def _cache_keyword(cls: type) -> str:
+    return "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"

@@ -42,6 +42,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from honed.models.device import model_device
 from honed.models.generation import distinct_prompts, left_pad, positions_of
+from honed.models.kvcache import cache_argument
 from honed.models.lean import checkpointing, lean_forward, supports_lean
 
 # Logits computed at once, per chunk of completion tokens: 2**24 float32 values are 64 MiB, about
@@ -344,12 +345,12 @@ def _forward(
         "input_ids": input_ids,
         "attention_mask": key_mask,
         "position_ids": positions,
-        "past_key_values": past,
         "use_cache": use_cache,
     }
     if logits:
-        return model(**inputs, logits_to_keep=keep).logits, past
-    hidden = model.base_model(**inputs).last_hidden_state
+        return model(**inputs, **cache_argument(model, past), logits_to_keep=keep).logits, past
+    hidden = model.base_model(**inputs, **cache_argument(model.base_model, past))
+    hidden = hidden.last_hidden_state
     return (hidden[:, -keep:] if keep else hidden), past
 
 
