@@ -114,8 +114,14 @@ class LearnerGroup:
         dist.all_reduce(top, op=dist.ReduceOp.MAX)
         return int(top.item())
 
-    def close(self) -> None:
+    def close(self, *, wait: bool) -> None:
+        """Leave the process group. With `wait` (the run ended cleanly on every process: it
+        finished, or all agreed to stop) the processes first meet at a barrier, so that none
+        tears its connections down while a peer is still using them, which gloo answers by
+        aborting the peer. After a failure nothing waits: a peer may be gone."""
         if self.distributed and dist.is_initialized():
+            if wait:
+                dist.barrier()
             dist.destroy_process_group()
 
 

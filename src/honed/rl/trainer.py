@@ -563,11 +563,17 @@ class GRPOTrainer:
 
     def train(self, resume: bool = False) -> dict[str, Any]:
         self.setup(resume)
+        clean = False
         try:
-            return self._train()
+            summary = self._train()
+            clean = True
+            return summary
+        except RunInterrupted as stop:
+            clean = stop.finished  # every process agreed to stop after the same step
+            raise
         finally:
             self.rollouts.close()
-            self.learners.close()
+            self.learners.close(wait=clean)
 
     def _train(self) -> dict[str, Any]:
         self._initial_evaluations()
