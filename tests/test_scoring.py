@@ -11,6 +11,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from honed.models import scoring
+from honed.models.policy import enable_checkpointing
 from honed.models.scoring import build_batch, head_logprobs, make_batch, score, token_logprobs
 
 
@@ -135,6 +136,7 @@ def test_head_logprobs_never_holds_more_than_a_chunk_of_logits(monkeypatch):
     assert hidden.grad is not None and torch.isfinite(hidden.grad).all()
 
 
+@pytest.mark.filterwarnings("error:.*gradient_checkpointing_enable")
 def test_gradient_checkpointing_gives_the_same_gradients(model):
     """Checkpointing recomputes the layers in the backward pass: the same gradients (within
     float32 rounding; the recomputation repeats the same kernels on the same shapes)."""
@@ -144,7 +146,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(model):
     for on in (False, True):
         m = copy.deepcopy(model).train()
         if on:
-            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_checkpointing(m)  # the policy's own switch (and no deprecated call)
         logp = score(m, batch).logprobs
         (logp * batch.completion_mask).sum().backward()
         results.append((logp.detach() * batch.completion_mask, _grads(m)))

@@ -216,7 +216,7 @@ def lean_forward(
     are packed into one row for everything but attention (projections, RoPE, norms, MLP), and
     laid out [B, T] only for attention; padding positions then come out with zero logits.
 
-    With gradient checkpointing on (`model.gradient_checkpointing_enable()`), in training and
+    With gradient checkpointing on (`honed.models.policy.enable_checkpointing`), in training and
     under autograd, each layer is recomputed in the backward pass instead of keeping its
     activations (`torch.utils.checkpoint`), as `transformers`' layers do.
     """

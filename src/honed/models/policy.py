@@ -228,12 +228,18 @@ def _tokenizer(path: Path):
 
 def enable_checkpointing(model: PreTrainedModel) -> None:
     """Recompute each layer's activations in the backward pass instead of keeping them
-    (`transformers`' checkpointing, non-reentrant; the lean forward honours it too)."""
+    (`transformers`' checkpointing, non-reentrant; the lean forward honours it too). Called by
+    its transformers 5 name where the model has it: the older one warns there and goes in v6."""
     if not model.supports_gradient_checkpointing:
         raise HonedError(
             f"policy.gradient_checkpointing: {type(model).__name__} does not support it"
         )
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    settings = {"use_reentrant": False}
+    enable = getattr(model, "activation_checkpointing_enable", None)  # transformers 5's name
+    if enable is not None:
+        enable(activation_checkpointing_kwargs=settings)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=settings)
 
 
 def end_of_turn_id(tokenizer) -> int | None:
