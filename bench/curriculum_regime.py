@@ -33,9 +33,9 @@ sampling (a step draws until 64 groups have spread, at most 6 rounds), and `unif
 `frontier-nods`, the same strategies with dynamic sampling off (a step is 64 groups, spread or
 not: whether a curriculum helps by what it trains on or only by what it does not generate).
 The budget is 400,000 rollouts per run, every group drawn counted, kept or filtered;
-`--max-steps` is the number of steps a fixed batch takes within that budget, which is also the length of the schedules of
-`easy_first` and `competence_based` (with dynamic sampling their steps cost more, so the budget
-ends them before their schedules do). Seeds 20, 21 and 22 were never run while the setting was
+`--max-steps` is the number of steps a fixed batch takes within that budget, which is also the
+length of the schedules of `easy_first` and `competence_based` (with dynamic sampling their
+steps cost more, so the budget ends them before their schedules do). Seeds 20, 21 and 22 were never run while the setting was
 chosen (its pilot runs used seed 100 and only `uniform`), nor were seeds 23-25 while the
 learning rate was.
 

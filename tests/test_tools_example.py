@@ -49,7 +49,8 @@ def episode(shop, kind: str, plan: str = ""):
     """A scripted agent on the first test question of `kind` (`price` or `sum`): it looks the
     question's products up, all in one turn (`sequential`: one per turn, as most training
     demonstrations of sums do), adds two prices with `calc`, and answers; `wrong` answers one
-    more than that, `typo` also looks up a product that does not exist in its first turn."""
+    more than that, `typo` also looks up a product that does not exist in its first turn, and
+    `garbled` also writes a call that is not JSON there."""
     env, policy, budget = shop
     item = next(i for i in env.items("test") if i.data["kind"] == kind)
     products = item.data["products"]
@@ -60,6 +61,8 @@ def episode(shop, kind: str, plan: str = ""):
         lookups = [hermes("lookup", name=n) for n in products]
         if "typo" in plan:
             lookups.append(hermes("lookup", name="zz9"))
+        if "garbled" in plan:
+            lookups.append("<tool_call>{lookup zz9</tool_call>")
         if "sequential" in plan and turn < len(lookups):
             return lookups[turn]
         if turn == 0:
@@ -88,3 +91,18 @@ def test_a_failed_call_costs_a_tenth_and_a_right_answer_after_one_still_succeeds
     assert slip.components == {"correct": 1.0, "call_errors": -1.0}
     assert (slip.reward, slip.success) == (pytest.approx(0.9), 1.0)
     assert (slip_wrong.reward, slip_wrong.success) == (pytest.approx(-0.1), 0.0)
+
+
+def test_clean_calls_credits_only_an_answer_after_calls_that_all_went_right(shop):
+    """The shaping term examples/skills_tools.yaml keeps (the reflector reads it) shares the
+    example's check for a call that went wrong with `call_errors`."""
+    spec = importlib.util.spec_from_file_location("tools_rewards", EXAMPLE / "rewards.py")
+    rewards = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rewards)
+    plans = [("sum", ""), ("price", "typo"), ("price", "garbled"), ("sum", "sequential")]
+    runs = [episode(shop, kind, plan) for kind, plan in plans]
+    assert [t.info["episode"]["stop"] for t in runs] == ["answer"] * 3 + ["max_turns"]
+    episodes = [t.info["episode"] for t in runs]
+    # right; a failed call; an unreadable call; out of turns
+    assert rewards.clean_calls(episodes) == [1.0, 0.0, 0.0, 0.0]
+    assert rewards.call_errors(episodes) == [0.0, -1.0, -1.0, 0.0]

@@ -15,31 +15,32 @@ def correct(completions, answer, **kwargs) -> list[float]:
     ]
 
 
+def _call_went_wrong(episode) -> bool:
+    """Whether any call of the episode was unreadable or its tool failed."""
+    turns = episode["turns"]
+    return any(t["format_errors"] for t in turns) or any(
+        r["error"] for t in turns for r in t["tool_results"]
+    )
+
+
 def call_errors(trajectory, **kwargs) -> list[float]:
     """-1 when any call of the episode was unreadable or failed, else 0: a penalty that never
     ranks a wrong answer above running out of turns (a bonus for "answered" would, and GRPO
     then reinforces wrong answers in groups where nothing is right)."""
-    return [
-        -float(
-            any(t["format_errors"] for t in episode["turns"])
-            or any(r["error"] for t in episode["turns"] for r in t["tool_results"])
-        )
-        for episode in trajectory
-    ]
+    return [-float(_call_went_wrong(episode)) for episode in trajectory]
 
 
 def clean_calls(trajectory, **kwargs) -> list[float]:
     """1 when the episode answered after calling tools, every call readable and error-free (an
     episode without calls, or one that ran out of turns, gets nothing)."""
-    out = []
-    for episode in trajectory:
-        turns = episode["turns"]
-        called = any(t["tool_calls"] for t in turns)
-        unreadable = any(t["format_errors"] for t in turns)
-        failed = any(r["error"] for t in turns for r in t["tool_results"])
-        answered = episode["stop"] == "answer"
-        out.append(float(answered and called and not unreadable and not failed))
-    return out
+    return [
+        float(
+            episode["stop"] == "answer"
+            and any(t["tool_calls"] for t in episode["turns"])
+            and not _call_went_wrong(episode)
+        )
+        for episode in trajectory
+    ]
 
 
 def right_lookups(products, trajectory, **kwargs) -> list[float]:
