@@ -309,6 +309,7 @@ def main() -> int:
         default="auto",
         help="auto (default): also TRL's GRPOTrainer when TRL is installed",
     )
+    parser.add_argument("--jsonl", help="also append each measurement to this JSON-lines file")
     parser.add_argument("--trl-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.trl_child:
@@ -319,26 +320,59 @@ def main() -> int:
         return 0
     name = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "CPU"
     print(
-        f"device: {name}; {args.prompts}x{args.generations} completions of <= {args.tokens} tokens"
+        f"device: {name}; {args.prompts}x{args.generations} completions of <= {args.tokens} tokens",
+        flush=True,
     )
     work = [(shape, m) for shape in args.models for m in MODES if m[0] in args.modes]
-    results = [measure(shape, mode, lora, ckpt, args) for shape, (mode, lora, ckpt) in work]
-    table("honed", results)
     with_trl = args.trl == "auto" and all(
         importlib.util.find_spec(p) for p in ("trl", "peft", "datasets")
     )
+    # Each mode is measured with honed, then with TRL, and printed (and appended to --jsonl) as
+    # soon as it is known: a run cut short by a time limit keeps the pairs it finished.
+    ours_rows: list[Result] = []
+    trl_rows: list[Result] = []
+    failed = 0
+    for shape, (mode, lora, ckpt) in work:
+        try:
+            ours = measure(shape, mode, lora, ckpt, args)
+            record("honed", ours, args.jsonl)
+            trl = measure_trl(shape, mode, args) if with_trl else None
+            if trl is not None:
+                record("TRL", trl, args.jsonl)
+        except RuntimeError as error:  # torch.OutOfMemoryError is one
+            failed += 1
+            print(f"[failed] {shape} {mode}: {error}", flush=True)
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            continue
+        ours_rows.append(ours)
+        if trl is not None:
+            trl_rows.append(trl)
+    table("honed", ours_rows)
     if not with_trl:
         print("TRL: not measured (" + ("--trl off" if args.trl == "off" else "not installed") + ")")
-        return 0
-    theirs = [measure_trl(shape, mode, args) for shape, (mode, _, _) in work]
-    table("TRL GRPOTrainer (transformers generate)", theirs)
+        return 1 if failed else 0
+    table("TRL GRPOTrainer (transformers generate)", trl_rows)
     print(f"{'model':<14}{'mode':<28}{'honed/TRL steps/s':>18}{'TRL/honed peak':>16}")
-    for ours, trl in zip(results, theirs, strict=True):
+    for ours, trl in zip(ours_rows, trl_rows, strict=True):
         print(
             f"{ours.model:<14}{ours.mode:<28}{ours.steps_per_s / trl.steps_per_s:>18.2f}"
             f"{trl.peak_gb / ours.peak_gb:>16.2f}"
         )
-    return 0
+    return 1 if failed else 0
+
+
+def record(framework: str, result: Result, jsonl: str | None) -> None:
+    """Print one measurement at once and append it to `jsonl` when given."""
+    r = result
+    print(
+        f"[{framework}] {r.model} {r.mode}: {r.steps_per_s:.3f} steps/s, "
+        f"{r.tokens_per_s:.0f} tokens/s, {r.peak_gb:.2f} GB peak",
+        flush=True,
+    )
+    if jsonl:
+        with open(jsonl, "a") as f:
+            f.write(json.dumps({"framework": framework, **asdict(r)}) + "\n")
 
 
 def table(title: str, results: list[Result]) -> None:
