@@ -185,6 +185,38 @@ class JsonlData:
                 )
         return items
 
+    def _score_columns(
+        self,
+        rows: list[dict[str, Any]],
+        reserved: Sequence[str],
+        reference_field: str | None,
+        reward: Any,
+        reward_weights: Any,
+        reward_timeout: float | None,
+    ) -> None:
+        """Set what every JSONL environment scores with: the data's columns (each passed to the
+        reward functions by name; none may take a `reserved` name), the column holding the
+        reference (checked to be one of them) and the reward functions."""
+        self.columns = data_columns(rows, self.prompt_field, reserved, self._fail)
+        if reference_field is not None and reference_field not in self.columns:
+            raise self._fail(
+                f"reference_field '{reference_field}' is not a column of the data "
+                f"(columns: {', '.join(self.columns) or 'none'})"
+            )
+        self.reference_field = reference_field
+        self.rewards = RewardSet(
+            self.where,
+            reward,
+            reward_weights,
+            reward_timeout,
+            passed=(*reserved, *self.columns),
+            columns=self.columns,
+        )
+
+    def reward_metrics(self, groups: Sequence[Group]) -> dict[str, float]:
+        """The step's reward-function timeouts and unreadable verdicts (`reward_problems`)."""
+        return reward_problems(self.name, self.rewards.names, groups)
+
     def items(self, split: str) -> list[Item]:
         if split not in self._splits:
             raise HonedError(
@@ -198,8 +230,13 @@ class JsonlData:
 
     # Argument checks -----------------------------------------------------------------------
 
+    @property
+    def where(self) -> str:
+        """How messages name this environment: `environment 'x' (dataset)`."""
+        return f"environment '{self.name}' ({self.type_name})"
+
     def _fail(self, message: str) -> HonedError:
-        return HonedError(f"environment '{self.name}' ({self.type_name}): {message}")
+        return HonedError(f"{self.where}: {message}")
 
     def _check_number(self, arg: str, value: float) -> float:
         if (
@@ -251,24 +288,10 @@ class DatasetEnv(JsonlEnv):
         success_threshold: float = 1.0,
     ) -> None:
         super().__init__(name, seed, prompt_field)
-        self.reference_field = reference_field
         self.success_threshold = self._check_number("success_threshold", success_threshold)
         rows = self._load(path, test_path, validation_path, test_fraction, validation_fraction)
-        self.columns = data_columns(rows, self.prompt_field, RESERVED, self._fail)
-        if reference_field is not None and reference_field not in self.columns:
-            raise self._fail(
-                f"reference_field '{reference_field}' is not a column of the data "
-                f"(columns: {', '.join(self.columns) or 'none'})"
-            )
         self.reward_spec = reward
-        self.rewards = RewardSet(
-            f"environment '{name}' ({self.type_name})",
-            reward,
-            reward_weights,
-            reward_timeout,
-            passed=(*RESERVED, *self.columns),
-            columns=self.columns,
-        )
+        self._score_columns(rows, RESERVED, reference_field, reward, reward_weights, reward_timeout)
 
     def reference(self, item: Item) -> str | None:
         if self.reference_field is None:
@@ -301,7 +324,7 @@ class DatasetEnv(JsonlEnv):
         return scores_of(self.rewards(items, kwargs), self.success_threshold)
 
     def step_metrics(self, groups: Sequence[Group]) -> dict[str, float]:
-        return reward_problems(self.name, self.rewards.names, groups)
+        return self.reward_metrics(groups)
 
 
 def data_columns(

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from honed.envs.base import Generator, Table
-from honed.envs.dataset import RESERVED, JsonlData, data_columns, reward_problems, scores_of
+from honed.envs.dataset import RESERVED, JsonlData, scores_of
 from honed.envs.multiturn import (
     ChatFormat,
     Episode,
@@ -50,7 +50,6 @@ from honed.envs.multiturn import (
     run_episodes,
 )
 from honed.envs.multiturn.episode import ANSWER, LENGTH, MAX_TURNS, Turn
-from honed.envs.rewards import RewardSet
 from honed.envs.tools.functions import load_tools
 from honed.envs.tools.report import episode_row, tool_report
 from honed.envs.tools.toolbox import ToolBox
@@ -115,7 +114,6 @@ class ToolEnv(JsonlData):
         success_threshold: float = 1.0,
     ) -> None:
         super().__init__(name, seed, _prompt_field(path, prompt_field))
-        self.where = f"environment '{name}' (tools)"
         self.max_turns = self._check_count("max_turns", max_turns)
         self.max_turn_tokens = (
             None
@@ -133,23 +131,9 @@ class ToolEnv(JsonlData):
         self.success_threshold = self._check_number("success_threshold", success_threshold)
         rows = self._load(path, test_path, validation_path, test_fraction, validation_fraction)
         reserved = (*RESERVED, *MULTI_TURN_ARGS)
-        self.columns = data_columns(rows, self.prompt_field, reserved, self._fail)
-        if reference_field is not None and reference_field not in self.columns:
-            raise self._fail(
-                f"reference_field '{reference_field}' is not a column of the data "
-                f"(columns: {', '.join(self.columns) or 'none'})"
-            )
-        self.reference_field = reference_field
+        self._score_columns(rows, reserved, reference_field, reward, reward_weights, reward_timeout)
         self.tool_specs = tools
         self.baseline_specs = dict(baselines or {})
-        self.rewards = RewardSet(
-            self.where,
-            reward,
-            reward_weights,
-            reward_timeout,
-            passed=(*reserved, *self.columns),
-            columns=self.columns,
-        )
         self._load_code()
 
     def _check_count(self, arg: str, value: int) -> int:
@@ -411,7 +395,7 @@ class ToolEnv(JsonlData):
             t.info["episode"] for g in groups for t in g.trajectories if "episode" in t.info
         ]
         out = {f"episodes/{self.name}/{k}": v for k, v in episode_row(episodes).items()}
-        return {**out, **reward_problems(self.name, self.rewards.names, groups)}
+        return {**out, **self.reward_metrics(groups)}
 
     # ------------------------------------------------------------------ references
 

@@ -9,16 +9,41 @@ are worth to that agent.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from statistics import mean
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from honed.envs.base import Generator, Table
+from honed.envs.multiturn import ChatFormat
 from honed.envs.multiturn.episode import ANSWER, MAX_TURNS, Episode, Turn
-from honed.types import Item, Trajectory
+from honed.types import Group, Item, Message, Trajectory
 
-if TYPE_CHECKING:
-    from honed.envs.tools.env import ToolEnv
+
+class Reported(Protocol):
+    """What the table needs of a tools environment (`ToolEnv`), so that this module sits below
+    the environment it reports on instead of importing it back."""
+
+    reference_field: str | None
+    baselines: Mapping[str, Callable[[dict[str, Any]], Any]]
+
+    def prompt(self, item: Item) -> list[Message]: ...
+
+    def chat(self, generator: object) -> ChatFormat: ...
+
+    def reference_episode(self, item: Item, chat: ChatFormat) -> Episode | None: ...
+
+    def trajectories(self, items: Sequence[Item], episodes: list[Episode]) -> list[Trajectory]: ...
+
+    def rollout(
+        self,
+        items: Sequence[Item],
+        generator: Generator,
+        num_generations: int,
+        seed: int,
+        *,
+        tools_disabled: bool = False,
+    ) -> list[Group]: ...
+
 
 COLUMNS = [
     "agent",
@@ -64,7 +89,7 @@ def table_row(label: str, trajectories: Sequence[Trajectory]) -> list[Any]:
     ]
 
 
-def answered(env: ToolEnv, items: Sequence[Item], answers: Sequence[str]) -> list[Trajectory]:
+def answered(env: Reported, items: Sequence[Item], answers: Sequence[str]) -> list[Trajectory]:
     """Trajectories of one final answer per item, with no tool call, scored as any other."""
     episodes = []
     for item, answer in zip(items, answers, strict=True):
@@ -77,7 +102,7 @@ def answered(env: ToolEnv, items: Sequence[Item], answers: Sequence[str]) -> lis
 
 
 def tool_report(
-    env: ToolEnv, agents: Mapping[str, Generator], items: list[Item], seed: int
+    env: Reported, agents: Mapping[str, Generator], items: list[Item], seed: int
 ) -> Table:
     rows = []
     if agents and env.reference_field is not None:
