@@ -46,11 +46,12 @@ from honed.envs.memory.prompt import (
     visible_ids,
 )
 from honed.envs.memory.report import memory_report
-from honed.envs.memory.retrieval import Chat, answer_scores_many, chat_model, make_reader
+from honed.envs.memory.retrieval import Chat, Reader, answer_scores_many, chat_model, make_reader
 from honed.envs.memory.rewards import (
     COMPRESSION_WEIGHT,
     VALIDITY_WEIGHT,
     ChunkOutcome,
+    Judge,
     chunk_reward,
     compression,
     make_judge,
@@ -121,6 +122,41 @@ def _renamed(
         stacklevel=4,  # _renamed, _reward_weights, MemoryEnv.__init__, its caller
     )
     return data.pop(old)
+
+
+def _check_choices(name: str, grouping: str, prompt_style: str, data: Mapping[str, Any]) -> None:
+    """`grouping` and `prompt_style` are known values; `data` (the constructor's `**data`) holds
+    only `DataSpec`'s sizes."""
+    for arg, value, options in (
+        ("grouping", grouping, GROUPINGS),
+        ("prompt_style", prompt_style, STYLES),
+    ):
+        if value not in options:
+            raise HonedError(
+                f"memory env {name!r}: {arg} {value!r}{did_you_mean(value, options)} is not one of "
+                f"{', '.join(options)}"
+            )
+    for key in data:
+        if key not in _DATA_ARGS:
+            known = [*_DATA_ARGS, *inspect.signature(MemoryEnv).parameters]
+            raise HonedError(
+                f"memory env {name!r}: unknown argument {key!r}{did_you_mean(key, known)}"
+            )
+
+
+def _reader_and_judge(
+    name: str, reader: str | Mapping[str, Any], judge: str, chat: Chat | Mapping[str, Any] | None
+) -> tuple[Reader | ExtractiveReader, Judge]:
+    """The reader that answers questions from a memory and the judge of its answers; the chat
+    model they share is built (and its server checked) only when one of them is an LLM."""
+    if "llm" in (reader, judge):
+        chat = chat_model(chat, f"memory env {name!r}")
+    built_reader = (
+        ExtractiveReader()
+        if reader == "extract"
+        else make_reader(reader, chat, f"memory env {name!r}")  # type: ignore[arg-type]
+    )
+    return built_reader, make_judge(judge, chat)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -199,35 +235,14 @@ class MemoryEnv:
         **data: Any,
     ) -> None:
         weights = _reward_weights(name, data, compression_weight, validity_weight)
-        for arg, value, options in (
-            ("grouping", grouping, GROUPINGS),
-            ("prompt_style", prompt_style, STYLES),
-        ):
-            if value not in options:
-                raise HonedError(
-                    f"memory env {name!r}: {arg} {value!r}{did_you_mean(value, options)} is not one of "
-                    f"{', '.join(options)}"
-                )
-        for key in data:
-            if key not in _DATA_ARGS:
-                known = [*_DATA_ARGS, *inspect.signature(MemoryEnv).parameters]
-                raise HonedError(
-                    f"memory env {name!r}: unknown argument {key!r}{did_you_mean(key, known)}"
-                )
+        _check_choices(name, grouping, prompt_style, data)
         self.name = name
         self.seed = seed
         self.grouping = grouping
         self.compression_weight, self.validity_weight = weights
         self.compression_clip = compression_clip
         self.no_call_credit = no_call_credit
-        if "llm" in (reader, judge):
-            chat = chat_model(chat, f"memory env {name!r}")
-        self.reader = (
-            ExtractiveReader()
-            if reader == "extract"
-            else make_reader(reader, chat, f"memory env {name!r}")  # type: ignore[arg-type]
-        )
-        self.judge = make_judge(judge, chat)  # type: ignore[arg-type]
+        self.reader, self.judge = _reader_and_judge(name, reader, judge, chat)
         self.top_k = top_k
         self.core_tokens = core_tokens
         self.count = count
