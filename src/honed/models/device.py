@@ -6,10 +6,10 @@ dtype are values passed down, so the CPU tests run the very code a GPU runs (bf1
 
 Precision (README, "Train on a GPU"): the weights are kept in the policy's dtype, and so are the
 optimizer's moments (AdamW allocates them like the parameters). In bfloat16 that halves the
-memory of weights, gradients and Adam state against float32, at the price of updates smaller
-than a weight's rounding step being lost; this is what TRL, verl and OpenRLHF do when they
-train in bf16 without a float32 master copy. Log-probs are always computed in float32 from the
-logits (`honed.models.scoring`), so the ratio π/π_old and the KL terms do not round in bf16.
+memory of weights, gradients and Adam state against float32 (there is no float32 master copy),
+at the price of updates smaller than a weight's rounding step being lost. Log-probs are always
+computed in float32 from the logits (`honed.models.scoring`), so the ratio π/π_old and the KL
+terms do not round in bf16.
 For float32 master weights on a GPU, keep `policy.dtype: float32` (and let kernels use TF32).
 """
 

@@ -6,9 +6,9 @@ losses. Summing micro-batch gradients therefore gives exactly the full-batch gra
 the batch is split (the bug class behind most GRPO gradient-accumulation reports).
 
 - `grpo`:    each sequence's token mean, then the mean over sequences (weight 1 / (|o_i| · N)).
-- `bnpo`:    token mean over the optimizer step (weight 1 / T). TRL divides by the local
-             micro-batch's tokens, which makes the gradient depend on `micro_batch_size`; honed
-             counts the step's tokens, so on one learner `bnpo` and `dapo` coincide.
+- `bnpo`:    token mean over the optimizer step (weight 1 / T): the step's tokens, not the
+             micro-batch's, so that the gradient does not depend on `micro_batch_size`; on
+             one learner `bnpo` and `dapo` coincide (README, "Where honed differs from TRL").
 - `dapo`:    token sum over the step's total tokens (weight 1 / T).
 - `dr_grpo`: token sum over a constant, N · max_completion_length (no length bias at all).
 

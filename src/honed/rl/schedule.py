@@ -67,8 +67,8 @@ def build_optimizer(
 ) -> torch.optim.AdamW:
     """AdamW over the trainable parameters, with the fused kernel where torch has one.
 
-    The fused kernel updates each tensor in one pass instead of a dozen elementwise ops: on CPU
-    it is 2-3x faster (70 ms instead of 245 ms a step for a 27 M-parameter model).
+    The fused kernel updates each tensor in one pass instead of a dozen elementwise ops
+    (`bench/optimizer.py` measures what that saves).
     """
     params = [p for p in params if p.requires_grad]
     fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
