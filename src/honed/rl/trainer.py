@@ -53,6 +53,7 @@ from honed.runs.lifecycle import (
     Change,
     RunInterrupted,
     RunLifecycle,
+    Stop,
     changes_environments,
     check_format,
     refuse,
@@ -90,6 +91,16 @@ def build_envs(config: Config) -> dict[str, Environment]:
 
 
 class GRPOTrainer:
+    """One GRPO run over a run directory: `train()` sets up (policy, optimiser, rollouts,
+    sinks; from the latest checkpoint with `resume`), runs `trainer.max_steps` steps through the
+    run lifecycle and returns the summary.
+
+    It is the lifecycle's `Loop` (`train_step`, `save`, `done`, ...) and the one owner of the
+    run's state: rollouts, rewards and the update are components it calls in the order the
+    module docstring draws. In a multi-process learner every process builds one; rank 0 alone
+    writes the run directory and prints.
+    """
+
     def __init__(self, config: Config, run: RunDir, reporter: Reporter | None = None) -> None:
         self.config = config
         if config.trainer.parallel == "fsdp":
@@ -206,7 +217,6 @@ class GRPOTrainer:
             state = load_state(path / STATE_FILE)
             check_format(state, path / STATE_FILE, STATE_FORMAT)
             self.resume_changes = self._check_changes(state)
-        self.run.write_config(dump_config(self.config))
         if state is not None:
             self.policy = self._load(path)
         else:
@@ -620,6 +630,10 @@ class GRPOTrainer:
         if every and self.step % every == 0:
             self.final_eval = self.evaluate_policy()
             record.update({f"eval/{k}": v for k, v in self.final_eval.items()})
+
+    def stop_reason(self) -> Stop | None:
+        """None: a GRPO run ends only at its step or rollout budget (`done`) or on Ctrl-C."""
+        return None
 
     def agree_to_stop(self, requested: bool) -> bool:
         """Whether any learner process was asked to stop (Ctrl-C): all stop after the same

@@ -160,8 +160,14 @@ class Loop(Protocol):
     def describe(self, record: dict[str, Any]) -> str:
         """The progress bar's text after a step."""
 
-    # Optional: `stop_reason() -> Stop | None`, asked before and after every step; a loop
-    # without it runs to its end.
+    def stop_reason(self) -> Stop | None:
+        """Why the run must end before its last step (a budget spent, a server that keeps
+        failing), or None; asked before the first step and after every step."""
+
+    def agree_to_stop(self, requested: bool) -> bool:
+        """Whether to stop after this step, given whether this process was asked to (Ctrl-C):
+        the processes of a multi-process learner answer together, so that all stop after the
+        same step; a single process answers `requested`."""
 
 
 class RunLifecycle:
@@ -211,13 +217,12 @@ class RunLifecycle:
         A first Ctrl-C lets the step under way finish, saves its state and raises
         `RunInterrupted`: a step cut in the middle would leave the sampler, the optimizer or
         the edit budget advanced past what was saved. A second Ctrl-C stops at once, saving
-        nothing; the run then resumes from its last saved state. A stop the loop asks for is
-        taken after the step's state is saved; a `StopRun` abandons the step, unsaved. A loop
-        with `agree_to_stop` (several learner processes) stops when any of its processes was
-        asked to.
+        nothing; the run then resumes from its last saved state. A stop the loop asks for
+        (`stop_reason`) is taken after the step's state is saved; a `StopRun` abandons the
+        step, unsaved. Several learner processes stop when any of them was asked to
+        (`agree_to_stop`).
         """
-        stop_reason: Callable[[], Stop | None] = getattr(loop, "stop_reason", lambda: None)
-        agree = getattr(loop, "agree_to_stop", None)  # several processes stop together
+        stop_reason = loop.stop_reason
         halt, stopping = None, False
         with _deferred_interrupt(self.reporter) as stop:
             try:
@@ -232,7 +237,7 @@ class RunLifecycle:
                         loop.after_step(record)
                         self.log(loop.step, record)
                         halt = None if loop.done() else stop_reason()
-                        stopping = agree(stop.requested) if agree else stop.requested
+                        stopping = loop.agree_to_stop(stop.requested)
                         if loop.checkpoint_due() or stopping or halt is not None:
                             loop.save()
                         advance(loop.describe(record))

@@ -199,6 +199,15 @@ def _write_files(folder: Path, files: Mapping[str, Any]) -> None:
 
 
 class SkillTrainer:
+    """One skill-optimisation run over a run directory: `train()` starts it (or resumes the
+    saved one), runs its steps through the run lifecycle, evaluates the initial and best skills
+    on the held-out split and returns the summary.
+
+    It is the lifecycle's `Loop` and owns the run's state (skill versions, edit budget, sampler,
+    step buffer, usage); the target and reflector are OpenAI-compatible servers reached through
+    `ChatClient`s, which `close()` shuts.
+    """
+
     def __init__(
         self, config: SkillsConfig, run: SkillRunDir, reporter: Reporter | None = None
     ) -> None:
@@ -514,6 +523,10 @@ class SkillTrainer:
                 f"{patience})",
             )
         return None
+
+    def agree_to_stop(self, requested: bool) -> bool:
+        """`requested`: the skill loop runs in one process."""
+        return requested
 
     def stop_reason(self) -> Stop | None:
         """Why the run must stop now (asked by the lifecycle before and after each step)."""
