@@ -209,72 +209,104 @@ class GRPOTrainer:
         return ref
 
     def setup(self, resume: bool) -> None:
+        """Open the run (reading the checkpoint to resume, if any), then build what a step
+        uses, in this order: the policy and its reference, the optimiser with the checkpoint's
+        state put back and the update, the rollouts; then start the lifecycle."""
         self.life = RunLifecycle(self.run, self.reporter)
+        checkpoint = self._open_checkpoint(resume)
+        reference = self._setup_policy(checkpoint)
+        self._setup_update(checkpoint, reference)
+        self._setup_rollouts(checkpoint)
+        resumed_step = self.step if checkpoint is not None else None
+        sinks = Sinks(self.run, self.config) if self.learners.is_main else NoSinks()
+        self.life.start(dump_config(self.config), sinks, resumed_step)
+
+    def _open_checkpoint(self, resume: bool) -> tuple[dict[str, Any], Path] | None:
+        """The state and folder of the checkpoint to resume from (checked against the config
+        in force), or None for a new run."""
         latest = self.life.open(resume, self.run.latest_checkpoint)
-        state = None
-        if latest is not None:
-            _step, path = latest
-            state = load_state(path / STATE_FILE)
-            check_format(state, path / STATE_FILE, STATE_FORMAT)
-            self.resume_changes = self._check_changes(state)
-        if state is not None:
-            self.policy = self._load(path)
-        else:
-            self.policy = self.warm_start()
+        if latest is None:
+            return None
+        _step, path = latest
+        state = load_state(path / STATE_FILE)
+        check_format(state, path / STATE_FILE, STATE_FORMAT)
+        self.resume_changes = self._check_changes(state)
+        return state, path
+
+    def _setup_policy(
+        self, checkpoint: tuple[dict[str, Any], Path] | None
+    ) -> torch.nn.Module | AdapterFreeReference | None:
+        """The policy (the checkpoint's, or the warm-start) and the KL reference, sharded with
+        fsdp; the reference is returned for the update."""
+        self.policy = self._load(checkpoint[1]) if checkpoint else self.warm_start()
         if self.config.trainer.disable_dropout:
             disable_dropout(self.policy.model)
-        reference = self._reference(resumed=state is not None)
+        reference = self._reference(resumed=checkpoint is not None)
         if self.sharded:
             fsdp.shard(self.policy.model, self.device)
             if isinstance(reference, torch.nn.Module):
                 fsdp.shard(reference, self.device)
         self.reporter.note(describe_policy(self.policy, self.world_size, self.sharded))
+        trainer = self.config.trainer
         if (
-            self.config.trainer.beta > 0
-            and not self.config.trainer.kl_in_reward
-            and self.config.trainer.kl_estimator == "k1"
-            and not self.config.trainer.use_bias_correction_kl
+            trainer.beta > 0
+            and not trainer.kl_in_reward
+            and trainer.kl_estimator == "k1"
+            and not trainer.use_bias_correction_kl
         ):
             self.reporter.note(
                 "trainer.kl_estimator: k1 in the loss has zero expected gradient: it adds noise, "
                 "not regularisation; use k2 (gradient of KL(pi || ref)), k3 (of KL(ref || pi)), "
                 "trainer.use_bias_correction_kl: true or trainer.kl_in_reward: true (docs/kl.md)"
             )
+        return reference
+
+    def _setup_update(
+        self,
+        checkpoint: tuple[dict[str, Any], Path] | None,
+        reference: torch.nn.Module | AdapterFreeReference | None,
+    ) -> None:
+        """The optimiser, the checkpoint's state put back (step, moments, sampler, statistics,
+        RNGs), the learning-rate schedule from that step, and the update that steps them."""
+        trainer = self.config.trainer
         self.optimizer = build_optimizer(
             self.policy.model.parameters(),
-            self.config.trainer.learning_rate,
-            self.config.trainer.weight_decay,
-            (self.config.trainer.adam_beta1, self.config.trainer.adam_beta2),
+            trainer.learning_rate,
+            trainer.weight_decay,
+            (trainer.adam_beta1, trainer.adam_beta2),
         )
-        if state is not None:
-            self._restore(state, path)
+        if checkpoint is not None:
+            self._restore(*checkpoint)
         self.scheduler = build_lr_scheduler(
             self.optimizer,
-            self.config.trainer.lr_scheduler_type,
-            self.config.trainer.warmup_steps,
-            self.config.trainer.max_steps,
+            trainer.lr_scheduler_type,
+            trainer.warmup_steps,
+            trainer.max_steps,
             start_step=self.step,
         )
         self.update = PolicyUpdate(
             self.policy,
             self.optimizer,
             self.scheduler,
-            self.config.trainer,
+            trainer,
             reference,
             self.config.distributed.importance_sampling_cap,
             self.learners,
             sharded=self.sharded,
         )
+
+    def _setup_rollouts(self, checkpoint: tuple[dict[str, Any], Path] | None) -> None:
+        """The rollout backend (split across learner processes), the pipeline with the
+        requests a checkpoint had submitted ahead, and the backend's first weights."""
         self.rollouts = build_backend(self.config, self.envs, self.policy, self.run.path)
         if self.learners.distributed:
             self.rollouts = ShardedBackend(self.rollouts, self.learners)
         self.pipeline = RolloutPipeline(self.rollouts, self.config.distributed.max_staleness)
-        if state is not None:
-            self.pipeline.load_state_dict(state.get("rollout_queue", []), self.sampler.items)
+        if checkpoint is not None:
+            self.pipeline.load_state_dict(
+                checkpoint[0].get("rollout_queue", []), self.sampler.items
+            )
         self.rollouts.sync_weights(self.policy, self.step)
-        resumed_step = self.step if state is not None else None
-        sinks = Sinks(self.run, self.config) if self.learners.is_main else NoSinks()
-        self.life.start(dump_config(self.config), sinks, resumed_step)
 
     def _restore(self, state: dict[str, Any], path: Path) -> None:
         """Put a checkpoint's state back: the step, optimizer moments, sampler and curricula,
