@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -29,7 +28,8 @@ from pydantic import (
     model_validator,
 )
 
-from honed.errors import HonedDeprecationWarning, HonedError, did_you_mean
+from honed.errors import HonedError, did_you_mean
+from honed.rewards.normalizer import NormMode
 from honed.types import Split
 
 
@@ -53,10 +53,15 @@ class TinyModelConfig(Strict):
         return self
 
 
-# Sets of allowed values that lower-level modules also check: declared here once, and read
-# there with typing.get_args.
+# Sets of allowed values that higher modules also check (rl/, models/): declared here once,
+# and read there with typing.get_args, so a value the config accepts is one they handle. The
+# reward normaliser's modes sit below the config, in `honed.rewards.normalizer` (`NormMode`).
 LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]
-NormMode = Literal["zscore", "minmax", "none"]
+ScaleRewards = Literal["group", "batch", "none"]
+KlEstimator = Literal["k1", "k2", "k3"]
+LrSchedulerType = Literal["constant", "linear", "cosine"]
+# torch dtypes by their torch names (`honed.models.device.DTYPES` maps them)
+DtypeName = Literal["float32", "bfloat16", "float16"]
 
 
 class LoraSettings(Strict):
@@ -81,7 +86,7 @@ class PolicyConfig(Strict):
     tiny: TinyModelConfig = TinyModelConfig()
     chat_template: bool = False
     device: str = "auto"
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    dtype: Literal["auto", DtypeName] = "auto"
     attn_implementation: str | None = None
     gradient_checkpointing: bool = False
     lora: LoraSettings | None = None
@@ -135,7 +140,7 @@ class TrainerConfig(Strict):
     prompts_per_step: int = Field(8, ge=1)
     num_generations: int = Field(8, ge=2)
     learning_rate: float = Field(1e-6, gt=0)
-    lr_scheduler_type: Literal["constant", "linear", "cosine"] = "constant"
+    lr_scheduler_type: LrSchedulerType = "constant"
     warmup_steps: int = Field(0, ge=0)
     weight_decay: float = Field(0.0, ge=0)
     adam_beta1: float = 0.9
@@ -147,13 +152,13 @@ class TrainerConfig(Strict):
     max_completion_length: int = Field(256, ge=1)
     # objective
     loss_type: LossType = "dapo"
-    scale_rewards: Literal["group", "batch", "none"] = "group"
+    scale_rewards: ScaleRewards = "group"
     epsilon: float = Field(0.2, ge=0)
     epsilon_high: float | None = None
     beta: float = Field(0.0, ge=0)
     # the KL term of the loss (docs/kl.md: k2's gradient is that of KL(pi || ref), k3's that of
     # KL(ref || pi), k1's is zero); kl_in_reward moves the KL into the rewards as beta * k1
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_estimator: KlEstimator = "k3"
     # multiply the KL term by the ratio pi / pi_old (differentiable), as TRL does by default:
     # its expected gradient is then that of KL(pi || ref) for k1 and k3 (docs/kl.md)
     use_bias_correction_kl: bool = False
@@ -200,7 +205,7 @@ class SFTConfig(Strict):
     batch_size: int = Field(32, ge=1)
     learning_rate: float = Field(1e-3, gt=0)
     warmup_steps: int = Field(0, ge=0)
-    lr_scheduler_type: Literal["constant", "linear", "cosine"] = "cosine"
+    lr_scheduler_type: LrSchedulerType = "cosine"
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float | None = 1.0
     # 0: train only on the targets; > 0: also on the prompts' tokens, at this weight
@@ -502,32 +507,6 @@ def _explain(err: ValidationError, source: str, model: type[BaseModel] = Config)
     if not loc:
         return HonedError(f"{source}: {message}")
     return HonedError(f"{source}: invalid value for '{key}': {message}")
-
-
-def renamed_keys(data: Any, renames: Mapping[str, str], where: str = "", warn: bool = True) -> Any:
-    """`data` with each deprecated key of `renames` (old -> new) moved to its new name, and one
-    `HonedDeprecationWarning` per old key found (none with `warn=False`, for a run's own saved
-    config). Giving both names is an error: which value was meant is not known. For a pydantic
-    `model_validator(mode="before")`; anything but a mapping passes through unchanged."""
-    if not isinstance(data, Mapping):
-        return data
-    out = dict(data)
-    for old, new in renames.items():
-        if old not in out:
-            continue
-        if new in out:
-            raise ValueError(
-                f"'{where}{old}' is the old name of '{where}{new}' and both are given; keep "
-                f"'{where}{new}'"
-            )
-        if warn:
-            warnings.warn(
-                f"config key '{where}{old}' is deprecated: use '{where}{new}' (same meaning)",
-                HonedDeprecationWarning,
-                stacklevel=2,
-            )
-        out = {(new if key == old else key): value for key, value in out.items()}
-    return out
 
 
 def load_model(

@@ -14,7 +14,6 @@ as the user's config spells it (`SkillsConfig.key`).
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -28,11 +27,10 @@ from honed.config import (
     Strict,
     check_envs,
     load_model,
-    renamed_keys,
 )
-from honed.errors import HonedDeprecationWarning, HonedError
+from honed.errors import HonedError, renamed_keys, warn_renamed
 from honed.models.chat import ChatModelConfig
-from honed.skills.schedule import Anchor, LRScheduler, Rounding, build_scheduler
+from honed.skills.schedule import Anchor, LRScheduler, Rounding, ScheduleMode, build_scheduler
 from honed.types import Split
 
 # `skill.init` is read as a file when it is one line ending in one of these.
@@ -110,7 +108,7 @@ class EditBudgetConfig(Strict):
     schedule of honed before it matched SkillOpt, and `warmup_steps` is honed's own.
     """
 
-    mode: Literal["constant", "linear", "cosine", "autonomous"] = "constant"
+    mode: ScheduleMode = "constant"
     max_lr: int = Field(4, ge=1)
     min_lr: int = Field(2, ge=0)
     total_steps: int | None = Field(None, ge=1)
@@ -206,14 +204,6 @@ class BudgetConfig(Strict):
 RENAMED_KEYS = {"optimizer": "reflector", "schedule": "edit_budget"}
 
 
-def _renamed_attribute(old: str, new: str) -> None:
-    warnings.warn(
-        f"SkillsConfig.{old} is deprecated: use SkillsConfig.{new} (same value)",
-        HonedDeprecationWarning,
-        stacklevel=3,
-    )
-
-
 class SkillsConfig(Strict):
     """A skill-optimisation run. `target` is the chat model that reads the skill and answers;
     `reflector` the one that reflects on its attempts and proposes, merges, ranks and
@@ -269,13 +259,13 @@ class SkillsConfig(Strict):
     @property
     def optimizer(self) -> ChatModelConfig:
         """Deprecated: `reflector`, the section's name before."""
-        _renamed_attribute("optimizer", "reflector")
+        warn_renamed("SkillsConfig.optimizer", "SkillsConfig.reflector", stacklevel=2)
         return self.reflector
 
     @property
     def schedule(self) -> EditBudgetConfig:
         """Deprecated: `edit_budget`, the section's name before."""
-        _renamed_attribute("schedule", "edit_budget")
+        warn_renamed("SkillsConfig.schedule", "SkillsConfig.edit_budget", stacklevel=2)
         return self.edit_budget
 
     @model_validator(mode="after")
