@@ -1,4 +1,5 @@
-"""The README's configuration reference names every config key, so it cannot fall behind."""
+"""The configuration references (README.md for GRPO, docs/skills.md for skills) are generated
+from the config fields' descriptions and name every key, so they cannot fall behind."""
 
 from __future__ import annotations
 
@@ -9,6 +10,13 @@ import pytest
 from pydantic import BaseModel
 
 from honed.config import Config
+from honed.config_reference import (
+    DOCS,
+    REGENERATE,
+    fields_without_description,
+    main,
+    regenerated,
+)
 from honed.skills.config import SkillsConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,6 +62,40 @@ def test_every_config_key_is_documented(model, doc):
     text = (ROOT / doc).read_text()
     missing = [k for k in leaf_keys(model) if not documented(k, text)]
     assert not missing, f"{doc} does not document: {', '.join(missing)}"
+
+
+@pytest.mark.parametrize("doc", sorted(DOCS))
+def test_the_reference_tables_are_generated_from_the_field_descriptions(doc):
+    text = (ROOT / doc).read_text()
+    if regenerated(text, DOCS[doc], doc) != text:
+        pytest.fail(
+            f"{doc}: the configuration reference tables differ from the config's field "
+            f"descriptions; run `{REGENERATE}` and commit the result"
+        )
+
+
+@pytest.mark.parametrize("model", [Config, SkillsConfig], ids=lambda m: m.__name__)
+def test_every_config_field_has_a_description(model):
+    """The description is the key's documentation: in the tables, `honed config` and the
+    JSON schema alike."""
+    missing = fields_without_description(model)
+    assert not missing, f"fields without Field(description=...): {', '.join(missing)}"
+
+
+def test_the_generator_checks_and_rewrites_a_stale_table(tmp_path):
+    for name in DOCS:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text((ROOT / name).read_text())
+    assert main(["--root", str(tmp_path), "--check"]) == 0
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        readme.read_text().replace("| `trainer.max_steps` | int ≥ 0 | `100` |", "| x |")
+    )
+    assert main(["--root", str(tmp_path), "--check"]) == 1
+    assert main(["--root", str(tmp_path)]) == 0
+    assert readme.read_text() == (ROOT / "README.md").read_text()
+    readme.write_text("no markers")
+    assert main(["--root", str(tmp_path)]) == 2
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*.yaml")), ids=lambda p: p.name)
