@@ -70,7 +70,7 @@ def test_the_reference_tables_are_generated_from_the_field_descriptions(doc):
     if regenerated(text, DOCS[doc], doc) != text:
         pytest.fail(
             f"{doc}: the configuration reference tables differ from the config's field "
-            f"descriptions; run `{REGENERATE}` and commit the result"
+            f"descriptions; run {REGENERATE} and commit the result"
         )
 
 

@@ -44,8 +44,7 @@ Train LLM agents by reinforcement (GRPO) and by reflection (skill optimisation).
   honed skills train examples/skills_qa.yaml               optimise a skill document
   honed skills eval examples/skills_qa.yaml --skill best_skill.md --run-dir runs/skills_qa
   honed view runs/                                         look at runs in a browser
-  honed config CONFIG -o trainer.max_steps=20             the config as train resolves it,
-                                                           each key with its help
+  honed config CONFIG                                      the resolved config, each key's help
   honed config --schema > honed.schema.json                its JSON schema, for editors
 """
 

@@ -6,6 +6,10 @@ meaning is the same (`num_generations`, `beta`, `epsilon`, `epsilon_high`, `loss
 `scale_rewards`, `learning_rate`, `max_steps`, `max_completion_length`, `temperature`, `seed`,
 `use_bias_correction_kl`), so a TRL user's settings carry over; several defaults are honed's
 own (the README's configuration reference lists where they and the objective differ from TRL).
+
+Each key is documented where it is declared, in its `Field(description=...)`: the README's
+reference tables, `honed config` and the JSON schema editors validate YAML with are generated
+from it (`honed.config_reference`).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from honed.skills.config import SkillsConfig
 
 # Each document's generated reference, and the model it is generated from.
 DOCS: dict[str, type[BaseModel]] = {"README.md": Config, "docs/skills.md": SkillsConfig}
-REGENERATE = "make docs (or: python -m honed.config_reference, from the repository root)"
+REGENERATE = "`make docs` (or `python -m honed.config_reference` from the repository root)"
 BEGIN = (
     "<!-- BEGIN generated config reference: edit the fields' descriptions in the code, then "
     "run `make docs` -->"
