@@ -7,6 +7,7 @@ import typing
 from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import BaseModel
 
 from honed.config import Config
@@ -114,3 +115,17 @@ def test_every_example_config_is_valid_and_builds_its_environments(path, monkeyp
     if path.name == "memalpha_qwen3_4b.yaml":
         return  # its data and vLLM servers live on a cluster: test_memory_recipe.py builds it on fakes
     assert build_envs(config)
+
+
+def test_the_json_schema_accepts_every_example_config_and_refuses_an_unknown_key():
+    """Editors validate configs with `honed config --schema`: it must accept what loads (a
+    single server URL too) and flag what does not."""
+    jsonschema = pytest.importorskip("jsonschema")
+    for path in sorted((ROOT / "examples").glob("*.yaml")):
+        model = SkillsConfig if path.name.startswith("skills") else Config
+        jsonschema.validate(yaml.safe_load(path.read_text()) or {}, model.model_json_schema())
+    schema = Config.model_json_schema()
+    server = {"backend": "server", "server": {"base_url": "http://h:8000/v1", "model": "m"}}
+    jsonschema.validate({"distributed": server}, schema)
+    with pytest.raises(jsonschema.ValidationError, match="max_step"):
+        jsonschema.validate({"trainer": {"max_step": 3}}, schema)

@@ -642,6 +642,14 @@ def key_over_plain_http(url: str, api_key_env: str | None, allowed: bool) -> str
     )
 
 
+def _one_or_a_list(schema: dict[str, Any]) -> None:
+    """A list field that also takes one item (a `mode="before"` validator wraps it): its JSON
+    schema says so, so that editors accept what the config accepts."""
+    items = schema.pop("items")
+    del schema["type"]
+    schema["anyOf"] = [items, {"type": "array", "items": items}]
+
+
 class ServerConfig(Strict):
     """OpenAI-compatible inference servers (vLLM, SGLang) that generate the rollouts.
 
@@ -651,7 +659,8 @@ class ServerConfig(Strict):
 
     base_url: list[str] = Field(
         description="One server URL or a list (`http://host:8000/v1`); rows are spread over "
-        "them in turn."
+        "them in turn.",
+        json_schema_extra=_one_or_a_list,
     )
     model: str = Field(min_length=1, description="The model name the servers serve.")
     api_key_env: str | None = Field(

@@ -129,9 +129,7 @@ def _bounds(metadata: Sequence[Any]) -> list[str]:
 
 def value_text(value: Any) -> str:
     """A value as YAML spells it, on one line: `null`, `true`, `1e-6`, `[{name: addition}]`."""
-    if isinstance(value, BaseModel):
-        value = value.model_dump(mode="json", exclude_defaults=True)
-    elif isinstance(value, list | tuple):
+    if isinstance(value, list | tuple):  # a list of sections shows the keys set
         value = [
             v.model_dump(mode="json", exclude_defaults=True) if isinstance(v, BaseModel) else v
             for v in value
