@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --constraint constraints.txt
 
-.PHONY: quickstart smollm2 test lint format mutants bench clean
+.PHONY: quickstart smollm2 test lint format docs mutants bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,11 @@ mutants: $(VENV)/.dev
 lint: $(VENV)/.dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+# The configuration reference tables of README.md and docs/skills.md, generated from the config
+# fields' descriptions (tests/test_docs.py fails while they differ).
+docs: $(VENV)/.core
+	$(BIN)/python -m honed.config_reference
 
 format: $(VENV)/.dev
 	$(BIN)/ruff format .

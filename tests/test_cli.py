@@ -136,3 +136,58 @@ def test_help_reads_well():
     ).stdout
     for word in ("train", "eval", "sft", "skills", "--resume"):
         assert word in out
+
+
+def test_config_prints_the_resolved_config_with_each_keys_help_and_it_loads_back(tmp_path, capsys):
+    path = write_config(tmp_path)
+    assert main(["config", str(path), "-o", "trainer.max_steps=7"]) == 0
+    out = capsys.readouterr().out
+    assert "  max_steps: 7\n" in out
+    assert "# GRPO steps, one rollout batch each (as in TRL). [int ≥ 0; default: 100]" in out
+    printed = tmp_path / "printed.yaml"
+    printed.write_text(out)
+    assert load_config(printed) == load_config(path, ["trainer.max_steps=7"])
+
+
+def test_skills_config_prints_a_skills_config(tmp_path, capsys):
+    from honed.skills.config import load_skills_config
+
+    path = tmp_path / "skills.yaml"
+    chat = {"base_url": "http://127.0.0.1:8000/v1", "model": "m"}
+    path.write_text(json.dumps({"envs": [{"name": "addition"}], "target": chat, "reflector": chat}))
+    assert main(["skills", "config", str(path), "-o", "edit_budget.mode=cosine"]) == 0
+    out = capsys.readouterr().out
+    assert "# The model name the server knows. [non-empty str; required]" in out
+    printed = tmp_path / "printed.yaml"
+    printed.write_text(out)
+    assert load_skills_config(printed).edit_budget.mode == "cosine"
+
+
+@pytest.mark.parametrize("command", [["config"], ["skills", "config"]])
+def test_config_schema_is_a_json_schema_with_the_descriptions(capsys, command):
+    assert main([*command, "--schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert schema["additionalProperties"] is False  # editors flag unknown keys
+    assert schema["properties"]["seed"]["description"].startswith(
+        "Seeds" if "skills" in command else "Drives"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["config", "{path}", "-o", "trainer.max_step=3"], "did you mean 'trainer.max_steps'"),
+        (["config", "{tmp}/nope.yaml"], "config file not found"),
+        (["config", "{tmp}/bad.yaml"], "is not valid YAML"),
+        (["config", "--schema", "{path}"], "--schema describes every config"),
+        (["skills", "config"], "give a skills CONFIG"),
+        (["skills", "config", "{path}"], "invalid value for 'target'"),
+    ],
+)
+def test_config_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys, argv, expected):
+    path = write_config(tmp_path)
+    (tmp_path / "bad.yaml").write_text("trainer: [\n")
+    argv = [a.format(path=path, tmp=tmp_path) for a in argv]
+    code, err = _run(capsys, *argv)
+    assert code == 2 and expected in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err

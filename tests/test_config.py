@@ -8,8 +8,7 @@ import pytest
 
 
 def test_a_renamed_key_still_works_warns_once_and_both_names_at_once_are_an_error():
-    from honed.config import renamed_keys
-    from honed.errors import HonedDeprecationWarning
+    from honed.errors import HonedDeprecationWarning, renamed_keys
 
     with pytest.warns(HonedDeprecationWarning, match=r"'a\.old' is deprecated: use 'a\.new'"):
         out = renamed_keys({"old": 1, "x": 2}, {"old": "new"}, where="a.")

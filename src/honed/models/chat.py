@@ -74,41 +74,71 @@ class Price(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    input: float = Field(ge=0)
-    output: float = Field(ge=0)
+    input: float = Field(ge=0, description="USD per million prompt tokens.")
+    output: float = Field(ge=0, description="USD per million completion tokens.")
 
     def usd(self, prompt_tokens: float, completion_tokens: float) -> float:
         return (prompt_tokens * self.input + completion_tokens * self.output) / 1e6
 
 
 class ChatModelConfig(BaseModel):
-    """Where and how to call one chat model (the skill loop has one for each role).
-
-    `base_url` includes the API prefix, e.g. `http://127.0.0.1:8000/v1` (vLLM, SGLang),
-    `http://127.0.0.1:11434/v1` (Ollama) or `https://api.openai.com/v1`. `api_key_env` is the
-    *name* of the environment variable holding the key, so keys never sit in config files or run
-    directories; leave it unset for local servers that need no key. `temperature` and
-    `max_tokens` are left out of the request when `None` (the server's default applies);
-    `extra_body` is merged into every request (e.g. `{"top_p": 0.9, "seed": 0}`). `backoff_s` is
-    the first retry's wait, doubled on each further retry. `timeout_s` bounds each attempt from
-    connect to last byte. `price` (USD per million input / output tokens) makes costs known.
-    """
+    """Where and how to call one chat model (the skill loop has one for each role; judges and
+    readers of environments take one too)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    base_url: str
-    model: str = Field(min_length=1)
-    api_key_env: str | None = None
-    temperature: float | None = 0.0
-    max_tokens: int | None = Field(default=None, ge=1)
-    timeout_s: float = Field(default=120.0, gt=0)
-    max_retries: int = Field(default=4, ge=0)
-    concurrency: int = Field(default=8, ge=1)
-    backoff_s: float = Field(default=1.0, ge=0)
-    extra_body: dict[str, Any] = Field(default_factory=dict)
-    price: Price | None = None
-    # a key goes over plain http:// only to this machine unless this is set
-    allow_insecure_http: bool = False
+    base_url: str = Field(
+        description="The API root including its prefix: `http://127.0.0.1:8000/v1` (vLLM, "
+        "SGLang), `http://127.0.0.1:11434/v1` (Ollama), `https://api.openai.com/v1`."
+    )
+    model: str = Field(min_length=1, description="The model name the server knows.")
+    api_key_env: str | None = Field(
+        default=None,
+        description="The name of the environment variable holding the key, so that keys never "
+        "sit in config files or run directories (sent only over https://, or plain http:// to "
+        "this machine); `null`: no key, for local servers.",
+    )
+    temperature: float | None = Field(
+        default=0.0, description="Sampling temperature; `null`: left to the server."
+    )
+    max_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Most tokens per completion; `null`: left to the server.",
+    )
+    timeout_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="Seconds per attempt, the whole of it: connect to last byte.",
+    )
+    max_retries: int = Field(
+        default=4,
+        ge=0,
+        description="Retries on 429, 5xx, timeouts, connection errors, 200s that are no chat "
+        "completion, and empty replies.",
+    )
+    concurrency: int = Field(default=8, ge=1, description="Requests in flight at once.")
+    backoff_s: float = Field(
+        default=1.0,
+        ge=0,
+        description="The first retry's wait in seconds, doubled on each further retry "
+        "(`Retry-After` wins).",
+    )
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Merged into every request, e.g. `{top_p: 0.9, seed: 0}`.",
+    )
+    price: Price | None = Field(
+        default=None,
+        description="What the model costs, `{input: X, output: Y}` in USD per million prompt "
+        "and completion tokens: costs in `summary.json` and `--dry-run`, and `budget.max_usd`; "
+        "`null`: unknown.",
+    )
+    allow_insecure_http: bool = Field(
+        default=False,
+        description="Also send the key over plain http:// to another machine (a network of "
+        "your own).",
+    )
 
     @model_validator(mode="after")
     def _key_only_over_https(self) -> ChatModelConfig:

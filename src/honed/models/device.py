@@ -18,12 +18,15 @@ from __future__ import annotations
 import os
 import resource
 import sys
+from typing import get_args
 
 import torch
 
+from honed.config import DtypeName
 from honed.errors import HonedError
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# The dtypes `policy.dtype` (and a reward model's `dtype`) name, each torch's own of that name.
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in get_args(DtypeName)}
 
 
 def resolve_device(name: str = "auto") -> torch.device:

@@ -39,15 +39,16 @@ settings back with `configure`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 import numpy as np
 
-from honed.config import NormMode
 from honed.rewards.welford import WelfordAccumulator
 
+# The modes, declared here and read by the config (`reward_norm.mode`): the reward statistics
+# sit below the config and take plain values.
+NormMode = Literal["zscore", "minmax", "none"]
 MODES: tuple[str, ...] = get_args(NormMode)
-SETTINGS = ("mode", "clip", "warmup", "eps")
 
 
 def _settings(mode: str, clip: float | None, warmup: int, eps: float) -> dict[str, Any]:

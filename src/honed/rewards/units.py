@@ -1,14 +1,14 @@
 """Which parts of a group carry a reward, and each part's reward before normalisation.
 
 Shared by the learner (advantages, `rl/`) and the rollout workers (`distributed/shard.py`,
-which feed reward statistics back), so it sits below both.
+which feed reward statistics back), so it sits below both, and below the config: it takes the
+settings it needs as plain values.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from honed.config import TrainerConfig
 from honed.types import Group
 
 
@@ -44,21 +44,18 @@ def overlong_penalty(length: int, max_length: int, buffer: int, factor: float) -
     return -factor * min(1.0, (length - (max_length - buffer)) / buffer)
 
 
-def unit_rewards(group: Group, settings: TrainerConfig) -> list[float]:
-    """Each unit's reward, with the soft overlong penalty of its segments when enabled.
+def unit_rewards(group: Group, max_length: int, buffer: int, factor: float) -> list[float]:
+    """Each unit's reward, with the soft overlong penalty of its segments when `buffer` > 0
+    (`overlong_penalty`; the trainer passes `max_completion_length`, `overlong_buffer` and
+    `overlong_penalty`).
 
     A segment's length is the model's own tokens in it (its loss mask): a multi-turn episode's
-    tool results and template tokens do not count against `max_completion_length`."""
+    tool results and template tokens do not count against `max_length`."""
     units = group_units(group)
     rewards = list(units.rewards)
-    if settings.overlong_buffer:
+    if buffer:
         for u, members in enumerate(units.members):
             for ti, si in members:
                 seg = group.trajectories[ti].segments[si]
-                rewards[u] += overlong_penalty(
-                    sum(seg.mask()),
-                    settings.max_completion_length,
-                    settings.overlong_buffer,
-                    settings.overlong_penalty,
-                )
+                rewards[u] += overlong_penalty(sum(seg.mask()), max_length, buffer, factor)
     return rewards

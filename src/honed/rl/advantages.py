@@ -9,11 +9,23 @@ statistics, which is Mem-α's grouping of all chunk samples of one instance.
 
 from __future__ import annotations
 
+from typing import get_args
+
 import torch
 
+from honed.config import ScaleRewards
 from honed.rewards.units import GroupUnits, group_units  # re-exported: they lived here
 
-__all__ = ["STD_EPS", "GroupUnits", "compute_advantages", "group_std", "group_units"]
+__all__ = [
+    "SCALE_REWARDS",
+    "STD_EPS",
+    "GroupUnits",
+    "compute_advantages",
+    "group_std",
+    "group_units",
+]
+
+SCALE_REWARDS: tuple[str, ...] = get_args(ScaleRewards)
 
 # Added to the standard deviation: keeps near-constant groups from blowing up under std scaling.
 STD_EPS = 1e-4
@@ -46,6 +58,8 @@ def compute_advantages(
         elif scale_rewards == "batch":
             centred = centred / (batch_std + STD_EPS)
         elif scale_rewards != "none":
-            raise ValueError(f"scale_rewards must be group, batch or none, not {scale_rewards!r}")
+            raise ValueError(
+                f"scale_rewards must be one of {', '.join(SCALE_REWARDS)}, not {scale_rewards!r}"
+            )
         out.append(centred.tolist())
     return out, stds

@@ -30,7 +30,7 @@ from typing import get_args
 
 import torch
 
-from honed.config import LossType
+from honed.config import KlEstimator, LossType
 
 LOSS_TYPES: tuple[str, ...] = get_args(LossType)
 
@@ -61,7 +61,7 @@ def token_weights(
     return weights
 
 
-KL_ESTIMATORS = ("k1", "k2", "k3")
+KL_ESTIMATORS: tuple[str, ...] = get_args(KlEstimator)
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:

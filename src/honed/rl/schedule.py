@@ -9,16 +9,23 @@ at every later step exactly the learning rate a run started with that config wou
 from __future__ import annotations
 
 import math
+from typing import get_args
 
 import torch
+
+from honed.config import LrSchedulerType
+
+LR_SCHEDULER_TYPES: tuple[str, ...] = get_args(LrSchedulerType)
 
 
 class WarmupDecay:
     """Linear warm-up over `warmup` steps, then constant, linear or cosine decay to 0 at `total`."""
 
     def __init__(self, kind: str, warmup: int, total: int) -> None:
-        if kind not in ("constant", "linear", "cosine"):
-            raise ValueError(f"lr_scheduler_type must be constant, linear or cosine, not {kind!r}")
+        if kind not in LR_SCHEDULER_TYPES:
+            raise ValueError(
+                f"lr_scheduler_type must be one of {', '.join(LR_SCHEDULER_TYPES)}, not {kind!r}"
+            )
         self.kind, self.warmup, self.total = kind, warmup, max(total, 1)
 
     def __call__(self, step: int) -> float:

@@ -90,7 +90,9 @@ def unit_signal(
     Each unit's reward (with the soft overlong penalty), mapped by `normalize(env, rewards)`,
     less the KL penalty of the unit's segments (`penalty[trajectory][segment]`) when given.
     """
-    rewards = unit_rewards(group, settings)
+    rewards = unit_rewards(
+        group, settings.max_completion_length, settings.overlong_buffer, settings.overlong_penalty
+    )
     if normalize is not None:
         rewards = normalize(group.env, rewards)
     if penalty is not None:

@@ -14,7 +14,6 @@ as the user's config spells it (`SkillsConfig.key`).
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -28,11 +27,10 @@ from honed.config import (
     Strict,
     check_envs,
     load_model,
-    renamed_keys,
 )
-from honed.errors import HonedDeprecationWarning, HonedError
+from honed.errors import HonedError, renamed_keys, warn_renamed
 from honed.models.chat import ChatModelConfig
-from honed.skills.schedule import Anchor, LRScheduler, Rounding, build_scheduler
+from honed.skills.schedule import Anchor, LRScheduler, Rounding, ScheduleMode, build_scheduler
 from honed.types import Split
 
 # `skill.init` is read as a file when it is one line ending in one of these.
@@ -45,21 +43,34 @@ DEFAULT_PREAMBLE = (
 
 
 class SkillConfig(Strict):
-    """The skill document the run starts from, and how the target sees it.
+    """The skill document the run starts from, and how the target sees it."""
 
-    `init` is a path when it is a single line ending in `.md`, `.markdown` or `.txt` (relative
-    to the working directory), and the skill text itself otherwise; empty means an empty skill.
-    The target's system prompt is `preamble`, a blank line, then the skill (no system prompt at
-    all while the skill is empty, so an empty skill measures the bare model).
-    """
-
-    init: str = ""
-    preamble: str = DEFAULT_PREAMBLE
-    # a candidate longer than this is rejected before the gate: the target must still have room
-    # for the task in its context, and a run must not die on the next call's HTTP 400
-    max_chars: int = Field(20_000, ge=1)
-    # an edit whose content is longer than this is skipped (apply_report.json says why)
-    max_edit_chars: int = Field(2_000, ge=1)
+    init: str = Field(
+        "",
+        description="The initial skill: a path (relative to the working directory) when it is "
+        "one line ending in `.md`, `.markdown` or `.txt`, else the skill text itself; empty: "
+        "an empty skill, which measures the bare model.",
+    )
+    preamble: str = Field(
+        DEFAULT_PREAMBLE,
+        description="Put before the skill in the target's system prompt: the prompt is "
+        "`preamble`, a blank line, then the skill (no system prompt at all while the skill is "
+        "empty).",
+    )
+    max_chars: int = Field(
+        20_000,
+        ge=1,
+        description="A candidate skill longer than this is rejected before the gate (the "
+        "reason goes to `gate.json` and the step buffer), so that the target keeps room for "
+        "the task in its context and a run does not die on the next call's HTTP 400; an "
+        "initial skill longer than this is an error.",
+    )
+    max_edit_chars: int = Field(
+        2_000,
+        ge=1,
+        description="An edit whose content is longer than this is skipped "
+        "(`apply_report.json` says why).",
+    )
 
     def initial_text(self) -> str:
         init = self.init
@@ -75,48 +86,104 @@ class SkillConfig(Strict):
 
 
 class TrainConfig(Strict):
-    """The outer loop: epochs of steps, each step a batch of training items.
+    """The outer loop: epochs of steps, each step a batch of training items whose attempts are
+    reflected on minibatch by minibatch (`honed.skills.merge` combines and orders the
+    proposals)."""
 
-    A step draws `batch_size` items through the sampler; failures (hard score below 1) and,
-    unless `failure_only`, successes are cut into minibatches of `minibatch_size`, one
-    reflection call each. An epoch has `steps_per_epoch` steps (default: training items /
-    batch size, rounded up); `max_steps` caps the whole run. `merge` and `rank` choose how the
-    proposals are combined and ordered (see `honed.skills.merge`).
-    """
-
-    epochs: int = Field(2, ge=1)
-    batch_size: int = Field(16, ge=1)
-    minibatch_size: int = Field(8, ge=1)
-    failure_only: bool = False
-    steps_per_epoch: int | None = Field(None, ge=1)
-    max_steps: int | None = Field(None, ge=1)
-    merge: Literal["deterministic", "llm"] = "deterministic"
-    rank: Literal["llm", "deterministic"] = "llm"
-    # the target's replies (and reasoning) shown to the reflector are cut to this many
-    # characters: head, a marker saying how much was left out, tail
-    max_evidence_chars: int = Field(2_000, ge=100)
-    # show the reflector the target's reasoning (a reasoning model's thinking) too
-    show_reasoning: bool = False
-    # stop after this many steps in a row without an accepted candidate (None: never)
-    patience: int | None = Field(None, ge=1)
+    epochs: int = Field(2, ge=1, description="Passes over the training items.")
+    batch_size: int = Field(
+        16, ge=1, description="Training items a step draws through the sampler."
+    )
+    minibatch_size: int = Field(
+        8, ge=1, description="Attempts per reflection call (a step makes one per minibatch)."
+    )
+    failure_only: bool = Field(
+        False,
+        description="Reflect on failures (hard score below 1) only; otherwise on successes too.",
+    )
+    steps_per_epoch: int | None = Field(
+        None,
+        ge=1,
+        description="Steps per epoch; `null`: training items / `batch_size`, rounded up.",
+    )
+    max_steps: int | None = Field(
+        None, ge=1, description="Cap on the run's steps; `null`: `epochs` decide."
+    )
+    merge: Literal["deterministic", "llm"] = Field(
+        "deterministic",
+        description="How a step's proposals are combined: `deterministic`, or `llm` (one more "
+        "reflector call per step).",
+    )
+    rank: Literal["llm", "deterministic"] = Field(
+        "llm",
+        description="How the merged edits are ordered when there are more than the budget: "
+        "`llm` (a reflector call) or `deterministic`.",
+    )
+    max_evidence_chars: int = Field(
+        2_000,
+        ge=100,
+        description="The target's replies (and reasoning) shown to the reflector are cut to "
+        "this many characters: head, a marker saying how much was left out, tail.",
+    )
+    show_reasoning: bool = Field(
+        False,
+        description="Also show the reflector a reasoning model's reasoning (docs/skills.md, "
+        '"Reasoning models").',
+    )
+    patience: int | None = Field(
+        None,
+        ge=1,
+        description="Stop after this many steps in a row without an accepted candidate; "
+        "`null`: never.",
+    )
 
 
 class EditBudgetConfig(Strict):
     """The edit budget per step: how many edits a step may apply, following a schedule
-    (`honed.skills.schedule`); `total_steps` defaults to the run's number of steps. `max_lr` also
-    caps the edits any single reflection may propose.
+    (`honed.skills.schedule`).
 
     The defaults give SkillOpt's budgets; `anchor: both` with `rounding: half_up` gives the
     schedule of honed before it matched SkillOpt, and `warmup_steps` is honed's own.
     """
 
-    mode: Literal["constant", "linear", "cosine", "autonomous"] = "constant"
-    max_lr: int = Field(4, ge=1)
-    min_lr: int = Field(2, ge=0)
-    total_steps: int | None = Field(None, ge=1)
-    warmup_steps: int = Field(0, ge=0)
-    anchor: Anchor = "last"
-    rounding: Rounding = "half_even"
+    mode: ScheduleMode = Field(
+        "constant",
+        description="How the budget moves over the run: `constant` (`max_lr`), `linear` or "
+        "`cosine` (from `max_lr` down to `min_lr`), or `autonomous` (no cap: the reflector "
+        "says how many edits to keep).",
+    )
+    max_lr: int = Field(
+        4,
+        ge=1,
+        description="The largest budget, in edits; also caps the edits any single reflection "
+        "may propose.",
+    )
+    min_lr: int = Field(
+        2,
+        ge=0,
+        description="The smallest budget (`constant` uses it only to warm up from).",
+    )
+    total_steps: int | None = Field(
+        None,
+        ge=1,
+        description="Steps to anneal over, later steps holding the last value; `null`: the "
+        "run's steps.",
+    )
+    warmup_steps: int = Field(
+        0,
+        ge=0,
+        description="Climb from `min_lr` to `max_lr` over the first steps, then follow the "
+        'schedule (docs/skills.md, "Edit-budget schedules").',
+    )
+    anchor: Anchor = Field(
+        "last",
+        description="`last` (SkillOpt: only the last step is pinned to `min_lr`, step 1 is "
+        "already one step down) or `both` (step 1 gets `max_lr`, step T `min_lr`).",
+    )
+    rounding: Rounding = Field(
+        "half_even",
+        description="`half_even` (Python's `round()`, SkillOpt: 2.5 → 2) or `half_up` (2.5 → 3).",
+    )
 
     def build(self, run_steps: int) -> LRScheduler:
         """The budget's scheduler, annealing over `total_steps` or else over the run's
@@ -137,81 +204,120 @@ ScheduleConfig = EditBudgetConfig
 
 
 class GateConfig(Strict):
-    """Which candidates become the current skill (`honed.skills.gate`).
+    """Which candidates become the current skill (`honed.skills.gate`)."""
 
-    The candidate is scored on the first `num_items` items of each environment's `split`
-    (`null`: all of them) and accepted only if its `mode` score beats the current skill's by
-    more than `min_delta` (0: strictly higher). `strict` compares the hard score, `soft` the
-    soft score, `mixed` `mixed_weight * hard + (1 - mixed_weight) * soft`. With `tie_break`,
-    an exact tie on the gate's score is broken by the other score (soft for `strict`, hard for
-    `soft`): the remedy for small selection splits, where the hard score moves in steps of
-    1/num_items and most candidates tie. `enabled: false` still scores every candidate but
-    accepts it whatever the result.
-    """
-
-    enabled: bool = True
-    mode: Literal["strict", "soft", "mixed"] = "strict"
-    split: Split = "validation"
-    num_items: int | None = Field(None, ge=1)
-    min_delta: float = Field(0.0, ge=0)
-    mixed_weight: float = Field(0.5, ge=0, le=1)
-    tie_break: bool = False
+    enabled: bool = Field(
+        True, description="`false`: still score every candidate, but accept it whatever the result."
+    )
+    mode: Literal["strict", "soft", "mixed"] = Field(
+        "strict",
+        description="The score compared: `strict` the hard score, `soft` the soft score, "
+        "`mixed` `mixed_weight` · hard + (1 − `mixed_weight`) · soft.",
+    )
+    split: Split = Field("validation", description="The selection split candidates are scored on.")
+    num_items: int | None = Field(
+        None,
+        ge=1,
+        description="Selection items per environment (the first ones of `split`); `null`: all.",
+    )
+    min_delta: float = Field(
+        0.0,
+        ge=0,
+        description="A candidate is accepted only if its score beats the current skill's by "
+        "more than this; 0: strictly higher.",
+    )
+    mixed_weight: float = Field(
+        0.5, ge=0, le=1, description="Weight of the hard score in `mode: mixed`."
+    )
+    tie_break: bool = Field(
+        False,
+        description="Break an exact tie on the gate's score with the other score (soft for "
+        "`strict`, hard for `soft`): the remedy for small selection splits, where the hard "
+        "score moves in steps of 1/num_items and most candidates tie.",
+    )
 
 
 class ConsolidationConfig(Strict):
-    """Epoch-end consolidation: the reflector rewrites the protected region `region` from how
-    the skill changed over the epoch, judged on `num_items` training items rolled out with the
-    epoch's first and last skill. With `gated`, the rewritten skill must pass the gate."""
+    """Epoch-end consolidation of a protected region of the skill."""
 
-    enabled: bool = False
-    region: str = Field("guidance", pattern=r"^[A-Za-z0-9_.-]+$")
-    num_items: int = Field(20, ge=1)
-    gated: bool = True
+    enabled: bool = Field(
+        False,
+        description="At the end of each epoch, the reflector rewrites the protected region "
+        "`region` from how the skill changed over the epoch.",
+    )
+    region: str = Field(
+        "guidance", pattern=r"^[A-Za-z0-9_.-]+$", description="The protected region's name."
+    )
+    num_items: int = Field(
+        20,
+        ge=1,
+        description="Training items rolled out with the epoch's first and last skill, whose "
+        "answers the rewrite is judged on.",
+    )
+    gated: bool = Field(True, description="The rewritten skill must pass the gate.")
 
 
 class SkillEvalConfig(Strict):
     """The held-out evaluation of the initial and the best skill at the end of a run."""
 
-    split: Split = "test"
-    num_items: int | None = Field(None, ge=1)
+    split: Split = Field(
+        "test", description="The held-out split the initial and the best skill are scored on."
+    )
+    num_items: int | None = Field(
+        None, ge=1, description="Items per environment; `null`: the whole split."
+    )
 
 
 class TargetConfig(ChatModelConfig):
-    """The chat model that reads the skill and answers. A step in which more than
-    `max_failed_fraction` of its replies failed (no usable reply after the retries) stops the
-    run, state saved: the server is misbehaving, and `--resume` goes on once it is fixed."""
+    """The chat model that reads the skill and answers."""
 
-    max_failed_fraction: float = Field(0.2, ge=0, le=1)
+    max_failed_fraction: float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description="Target only: a step in which more than this share of the target's "
+        "replies failed (no usable reply after the retries) stops the run, state saved: the "
+        "server is misbehaving, and `--resume` goes on once it is fixed.",
+    )
 
 
 class ReflectorConfig(ChatModelConfig):
-    """The chat model that reflects, merges, ranks and consolidates. With `max_prompt_tokens`,
-    a reflection prompt that would be longer (by the client's estimate) shows fewer attempts."""
+    """The chat model that reflects, merges, ranks and consolidates."""
 
-    max_prompt_tokens: int | None = Field(None, ge=1)
+    max_prompt_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Reflector only: a reflection prompt that would be longer (by the "
+        "client's estimate) shows fewer attempts; `null`: no cap.",
+    )
 
 
 class BudgetConfig(Strict):
-    """Caps on what a run spends, over both models and every stage, resumed runs included
-    (`None`: no cap). When one is reached the run stops after the step under way, its state
-    saved; `--resume` with a larger budget continues. `max_usd` needs a `price` for both models.
-    `max_requests` counts completions received (retried attempts that got none are free)."""
+    """Caps on what a run spends, over both models and every stage, resumed runs included.
+    When one is reached the run stops after the step under way, its state saved; `--resume`
+    with a larger budget continues (docs/skills.md, "Cost: before and during a run")."""
 
-    max_tokens: int | None = Field(None, ge=1)
-    max_requests: int | None = Field(None, ge=1)
-    max_usd: float | None = Field(None, gt=0)
+    max_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Stop after the step in which the run's tokens (both models, all stages) "
+        "reach this; `null`: no cap.",
+    )
+    max_requests: int | None = Field(
+        None,
+        ge=1,
+        description="The same for completions received (retried attempts that got none are "
+        "free); `null`: no cap.",
+    )
+    max_usd: float | None = Field(
+        None,
+        gt=0,
+        description="The same for USD; needs `target.price` and `reflector.price`; `null`: no cap.",
+    )
 
 
 # Keys renamed since earlier honed versions (old -> new); the old ones still load, with a warning.
 RENAMED_KEYS = {"optimizer": "reflector", "schedule": "edit_budget"}
-
-
-def _renamed_attribute(old: str, new: str) -> None:
-    warnings.warn(
-        f"SkillsConfig.{old} is deprecated: use SkillsConfig.{new} (same value)",
-        HonedDeprecationWarning,
-        stacklevel=3,
-    )
 
 
 class SkillsConfig(Strict):
@@ -219,22 +325,70 @@ class SkillsConfig(Strict):
     `reflector` the one that reflects on its attempts and proposes, merges, ranks and
     consolidates edits; `edit_budget` how many edits each step may apply."""
 
-    seed: int = 0
-    run_dir: str | None = None
-    envs: list[EnvConfig]
-    curriculum: CurriculumConfig = CurriculumConfig()
-    target: TargetConfig
-    reflector: ReflectorConfig
-    skill: SkillConfig = SkillConfig()
-    train: TrainConfig = TrainConfig()
-    edit_budget: EditBudgetConfig = EditBudgetConfig()
-    gate: GateConfig = GateConfig()
-    consolidation: ConsolidationConfig = ConsolidationConfig()
-    eval: SkillEvalConfig = SkillEvalConfig()
-    budget: BudgetConfig = BudgetConfig()
-    # metric sinks, as for GRPO: each step's record goes to metrics.jsonl, and to TensorBoard,
-    # W&B or MLflow when on (`samples_per_step` is GRPO's only)
-    logging: LoggingConfig = LoggingConfig()
+    seed: int = Field(
+        0, description="Seeds the sampler, the minibatch shuffles and the consolidation items."
+    )
+    run_dir: str | None = Field(
+        None,
+        description="Where the run is written; `null`: `runs/<config file name>`. `--run-dir` "
+        "wins.",
+    )
+    envs: list[EnvConfig] = Field(
+        description="The environments, as for GRPO (`envs[]`): the target attempts their items."
+    )
+    curriculum: CurriculumConfig = Field(
+        CurriculumConfig(),
+        description='Which items each step draws, as for GRPO (README, "Curriculum and '
+        'reward normalisation").',
+    )
+    target: TargetConfig = Field(
+        description="The chat model that reads the skill and answers (any OpenAI-compatible "
+        "server)."
+    )
+    reflector: ReflectorConfig = Field(
+        description="The chat model that reflects on the target's attempts and proposes, "
+        "merges, ranks and consolidates edits (before: `optimizer`, still accepted with a "
+        "deprecation message)."
+    )
+    skill: SkillConfig = Field(
+        SkillConfig(),
+        description="The skill document the run starts from, and how the target sees it.",
+    )
+    train: TrainConfig = Field(
+        TrainConfig(),
+        description="The outer loop: epochs of steps, each a batch of training items whose "
+        "attempts are reflected on minibatch by minibatch.",
+    )
+    edit_budget: EditBudgetConfig = Field(
+        EditBudgetConfig(),
+        description="How many edits each step may apply, following a schedule: the skill "
+        "loop's learning rate (before: `schedule`, still accepted with a deprecation message).",
+    )
+    gate: GateConfig = Field(
+        GateConfig(),
+        description="Which candidates become the current skill: a candidate is scored on the "
+        "selection split and accepted only if it beats the current skill.",
+    )
+    consolidation: ConsolidationConfig = Field(
+        ConsolidationConfig(),
+        description="Epoch-end rewrite of a protected region of the skill.",
+    )
+    eval: SkillEvalConfig = Field(
+        SkillEvalConfig(),
+        description="The held-out evaluation of the initial and the best skill at the end of "
+        "a run.",
+    )
+    budget: BudgetConfig = Field(
+        BudgetConfig(),
+        description="Caps on what a run spends, over both models and every stage, resumed "
+        "runs included; when one is reached the run stops after the step under way, its "
+        "state saved, and `--resume` with a larger budget continues.",
+    )
+    logging: LoggingConfig = Field(
+        LoggingConfig(),
+        description="Metric sinks, as for GRPO: each step's record goes to `metrics.jsonl`, "
+        "and to TensorBoard, W&B or MLflow when on.",
+    )
 
     # the sections this config named by their old names (new name -> old name)
     _old_names: dict[str, str] = PrivateAttr(default_factory=dict)
@@ -269,13 +423,13 @@ class SkillsConfig(Strict):
     @property
     def optimizer(self) -> ChatModelConfig:
         """Deprecated: `reflector`, the section's name before."""
-        _renamed_attribute("optimizer", "reflector")
+        warn_renamed("SkillsConfig.optimizer", "SkillsConfig.reflector", stacklevel=2)
         return self.reflector
 
     @property
     def schedule(self) -> EditBudgetConfig:
         """Deprecated: `edit_budget`, the section's name before."""
-        _renamed_attribute("schedule", "edit_budget")
+        warn_renamed("SkillsConfig.schedule", "SkillsConfig.edit_budget", stacklevel=2)
         return self.edit_budget
 
     @model_validator(mode="after")

@@ -27,7 +27,8 @@ from collections.abc import Mapping
 from contextlib import suppress
 from typing import Any
 
-from honed.config import LoggingConfig, renamed_keys
+from honed.config import LoggingConfig
+from honed.errors import renamed_keys
 from honed.runs.lifecycle import Change, changes_environments, refuse, resume_changes
 from honed.skills.config import RENAMED_KEYS, BudgetConfig
 

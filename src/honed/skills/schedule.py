@@ -26,6 +26,11 @@ from typing import Any, ClassVar, Literal, get_args
 
 from honed.errors import did_you_mean
 
+# The schedules by name (`edit_budget.mode`): `build_scheduler` builds each with the class whose
+# `mode` it is (`_REGISTRY`).
+ScheduleMode = Literal["constant", "linear", "cosine", "autonomous"]
+MODES: tuple[str, ...] = get_args(ScheduleMode)
+
 # What `autonomous` returns as its budget: no cap, the reflector (an LLM) chooses the count instead
 # (see `clamp_autonomous`). SkillOpt's value, kept so that code comparing with it still works.
 NO_LIMIT = 999
@@ -272,12 +277,9 @@ class AutonomousScheduler(LRScheduler):
 
 
 _REGISTRY: dict[str, type[LRScheduler]] = {
-    "constant": ConstantScheduler,
-    "linear": LinearScheduler,
-    "cosine": CosineScheduler,
-    "autonomous": AutonomousScheduler,
+    cls.mode: cls
+    for cls in (ConstantScheduler, LinearScheduler, CosineScheduler, AutonomousScheduler)
 }
-MODES = tuple(_REGISTRY)
 
 
 def build_scheduler(
@@ -300,7 +302,7 @@ def build_scheduler(
     Raises `ValueError` for an unknown mode or option (naming the available ones) and for
     invalid bounds.
     """
-    if mode not in _REGISTRY:
+    if mode not in MODES:
         raise ValueError(
             f"unknown edit-budget schedule mode {mode!r}{did_you_mean(str(mode), MODES)}; "
             f"available modes: {', '.join(MODES)}"

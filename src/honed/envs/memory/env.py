@@ -22,7 +22,6 @@ reward and the trajectory's reward (the mean of its r_t) applies to all of them.
 from __future__ import annotations
 
 import inspect
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -71,7 +70,7 @@ from honed.envs.memory.tools import (
     resolve_quote,
 )
 from honed.envs.multiturn import ChatFormat, Episode, chat_format, run_episodes
-from honed.errors import HonedDeprecationWarning, HonedError, did_you_mean
+from honed.errors import HonedError, did_you_mean, positive_int, renamed_keys
 from honed.types import (
     SPLITS,
     Group,
@@ -87,6 +86,10 @@ GROUPINGS = ("instance", "trajectory")
 _DATA_ARGS = tuple(f.name for f in fields(DataSpec))
 
 
+# The reward weights' names before (old -> new).
+RENAMED_ARGS = {"beta": "compression_weight", "gamma": "validity_weight"}
+
+
 def _reward_weights(
     env: str, data: dict[str, Any], compression_weight: float | None, validity_weight: float | None
 ) -> tuple[float, float]:
@@ -94,34 +97,28 @@ def _reward_weights(
 
     They were called `beta` and `gamma`, Mem-α's names, until the trainer's KL coefficient
     `beta` made one of them ambiguous; configs that still use the old names keep working: they
-    arrive in `data` (the constructor's `**data`) and are taken out of it here."""
-    compression_weight = _renamed(env, data, "beta", "compression_weight", compression_weight)
-    validity_weight = _renamed(env, data, "gamma", "validity_weight", validity_weight)
-    return (
-        COMPRESSION_WEIGHT if compression_weight is None else compression_weight,
-        VALIDITY_WEIGHT if validity_weight is None else validity_weight,
-    )
-
-
-def _renamed(
-    env: str, data: dict[str, Any], old: str, new: str, value: float | None
-) -> float | None:
-    """`value` of argument `new`, or the value given under its deprecated name `old` (taken out
-    of `data`, with one `HonedDeprecationWarning`, attributed to whoever built the env). Both
-    names at once is an error: which value was meant is not known."""
-    if old not in data:
-        return value
-    if value is not None:
-        raise HonedError(
-            f"memory env {env!r}: '{old}' is the old name of '{new}' and both are given; "
-            f"keep '{new}'"
+    arrive in `data` (the constructor's `**data`), are taken out of it here and renamed as
+    config keys are (`renamed_keys`: one warning each, attributed to whoever built the env)."""
+    given = {
+        name: value
+        for name, value in (
+            ("compression_weight", compression_weight),
+            ("validity_weight", validity_weight),
         )
-    warnings.warn(
-        f"memory env argument '{old}' is deprecated: use '{new}' (same meaning)",
-        HonedDeprecationWarning,
-        stacklevel=4,  # _renamed, _reward_weights, MemoryEnv.__init__, its caller
+        if value is not None
+    }
+    old = {name: data.pop(name) for name in RENAMED_ARGS if name in data}
+    try:
+        # stacklevel 3: _reward_weights, MemoryEnv.__init__, its caller
+        weights = renamed_keys(
+            {**old, **given}, RENAMED_ARGS, what="memory env argument", stacklevel=3
+        )
+    except ValueError as exc:
+        raise HonedError(f"memory env {env!r}: {exc}") from None
+    return (
+        weights.get("compression_weight", COMPRESSION_WEIGHT),
+        weights.get("validity_weight", VALIDITY_WEIGHT),
     )
-    return data.pop(old)
 
 
 def _check_choices(name: str, grouping: str, prompt_style: str, data: Mapping[str, Any]) -> None:
@@ -254,12 +251,8 @@ class MemoryEnv:
             ("max_prompt_tokens", max_prompt_tokens),
             ("memory_budget", memory_budget),
         ):
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1
-            ):
-                raise HonedError(
-                    f"memory env {name!r}: {arg} must be a positive integer, got {value!r}"
-                )
+            if value is not None:
+                positive_int(f"memory env {name!r}", arg, value)
         self.max_prompt_tokens = max_prompt_tokens
         self.memory_budget = memory_budget
         self._count_prompt: TokenCounter | None = None

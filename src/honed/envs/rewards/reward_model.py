@@ -23,9 +23,8 @@ import torch
 from huggingface_hub import try_to_load_from_cache
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from honed.errors import HonedError
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+from honed.errors import HonedError, positive_int
+from honed.models.device import DTYPES
 
 
 def _folder(path: str) -> str | None:
@@ -54,10 +53,9 @@ class RewardModel:
         max_length: int = 2048,
         label: int | None = None,
     ) -> None:
-        if dtype not in _DTYPES:
-            raise HonedError(f"{where}: dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise HonedError(f"{where}: batch_size must be a positive integer, got {batch_size!r}")
+        if dtype not in DTYPES:
+            raise HonedError(f"{where}: dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        positive_int(where, "batch_size", batch_size)
         folder = _folder(path)
         if folder is None:
             raise HonedError(
@@ -66,7 +64,7 @@ class RewardModel:
             )
         try:
             self.model = AutoModelForSequenceClassification.from_pretrained(
-                folder, dtype=_DTYPES[dtype]
+                folder, dtype=DTYPES[dtype]
             )
             self.tokenizer = AutoTokenizer.from_pretrained(folder)
         except (OSError, ValueError) as exc:

@@ -53,7 +53,7 @@ from honed.envs.multiturn.episode import ANSWER, LENGTH, MAX_TURNS, Turn
 from honed.envs.tools.functions import load_tools
 from honed.envs.tools.report import episode_row, tool_report
 from honed.envs.tools.toolbox import ToolBox
-from honed.errors import HonedError
+from honed.errors import HonedError, positive_int
 from honed.text import valid_text
 from honed.types import Group, Item, Message, Prompt, Sample, Trajectory, derive_seed, prompt_text
 from honed.user_code import load_object
@@ -114,16 +114,16 @@ class ToolEnv(JsonlData):
         success_threshold: float = 1.0,
     ) -> None:
         super().__init__(name, seed, _prompt_field(path, prompt_field))
-        self.max_turns = self._check_count("max_turns", max_turns)
+        self.max_turns = positive_int(self.where, "max_turns", max_turns)
         self.max_turn_tokens = (
             None
             if max_turn_tokens is None
-            else self._check_count("max_turn_tokens", max_turn_tokens)
+            else positive_int(self.where, "max_turn_tokens", max_turn_tokens)
         )
         self.tool_timeout = self._check_number("tool_timeout", tool_timeout)
         if self.tool_timeout <= 0:
             raise self._fail(f"tool_timeout must be positive, got {tool_timeout!r}")
-        self.max_result_chars = self._check_count("max_result_chars", max_result_chars)
+        self.max_result_chars = positive_int(self.where, "max_result_chars", max_result_chars)
         self.tool_format = tool_format
         if system_prompt is not None and not isinstance(system_prompt, str):
             raise self._fail(f"system_prompt must be text, got {system_prompt!r}")
@@ -135,11 +135,6 @@ class ToolEnv(JsonlData):
         self.tool_specs = tools
         self.baseline_specs = dict(baselines or {})
         self._load_code()
-
-    def _check_count(self, arg: str, value: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise self._fail(f"{arg} must be a positive integer, got {value!r}")
-        return value
 
     def _load_code(self) -> None:
         self.toolbox = ToolBox(
