@@ -10,11 +10,13 @@ import pytest
 import torch
 
 from honed.config import TrainerConfig
+from honed.models.batching import make_batch
 from honed.models.policy import PolicySampler, SamplingParams
-from honed.models.scoring import make_batch, score
+from honed.models.scoring import score
 from honed.rl.advantages import compute_advantages, group_units
 from honed.rl.loss import LOSS_TYPES, clipped_surrogate, kl_penalty, token_weights
-from honed.rl.update import PolicyUpdate, TrainSequence, prepare, zero_spread
+from honed.rl.prepare import TrainSequence, prepare, zero_spread
+from honed.rl.update import PolicyUpdate
 from honed.types import Group, Segment, Trajectory
 
 
@@ -229,7 +231,7 @@ def test_kl_term_is_zero_at_the_reference_and_penalises_drift(small_policy):
 
 
 def test_prefix_sharing_scores_and_gradients_match_the_plain_forward(small_policy):
-    from honed.models.scoring import PrefixBatch, build_batch
+    from honed.models.batching import PrefixBatch, build_batch
 
     sampler = PolicySampler(small_policy, SamplingParams(1.0, 1.0, 6))
     prompts = [p for p in ("12+3=", "7-1=", "100+23=") for _ in range(4)]
@@ -261,7 +263,7 @@ def test_prefix_sharing_scores_and_gradients_match_the_plain_forward(small_polic
 
 
 def test_prefix_sharing_is_used_only_when_prompts_repeat(small_policy):
-    from honed.models.scoring import PrefixBatch, TokenBatch, build_batch
+    from honed.models.batching import PrefixBatch, TokenBatch, build_batch
 
     ids = [[1, 5, 6], [1, 7], [1, 5, 6]]
     comps = [[8, 2], [9], [10, 11, 2]]

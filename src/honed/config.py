@@ -158,6 +158,9 @@ class TrainerConfig(Strict):
     # its expected gradient is then that of KL(pi || ref) for k1 and k3 (docs/kl.md)
     use_bias_correction_kl: bool = False
     kl_in_reward: bool = False
+    # C in the truncated importance weight min(pi_old / mu, C) of off-policy tokens (rollouts
+    # from older weights or from inference servers; rl/loss.py)
+    importance_sampling_cap: float = Field(2.0, ge=1)
     num_iterations: int = Field(1, ge=1)
     micro_batch_size: int | None = Field(None, ge=1)
     # with several learner processes (`honed train --nproc N`, torchrun): data-parallel with
@@ -371,7 +374,8 @@ class DistributedConfig(Strict):
     workers generate through the servers). The learner alone owns the sampler and optimizer.
 
     `max_staleness` lets rollouts run that many optimizer steps ahead of the learner (0:
-    synchronous); off-policy tokens are reweighted by min(π_old / μ, `importance_sampling_cap`).
+    synchronous); off-policy tokens are reweighted by min(π_old / μ,
+    `trainer.importance_sampling_cap`).
     """
 
     backend: Literal["inprocess", "ray", "server"] = "inprocess"
@@ -380,7 +384,6 @@ class DistributedConfig(Strict):
     cpus_per_worker: float = Field(1.0, gt=0)
     max_worker_restarts: int = Field(3, ge=0)
     max_staleness: int = Field(0, ge=0)
-    importance_sampling_cap: float = Field(2.0, ge=1)
     server: ServerConfig | None = None
 
     @model_validator(mode="after")
@@ -410,6 +413,13 @@ class Config(Strict):
     checkpoint: CheckpointConfig = CheckpointConfig()
     logging: LoggingConfig = LoggingConfig()
     distributed: DistributedConfig = DistributedConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        """Keys that moved to another section still load under their old place (`MOVED_KEYS`),
+        with a deprecation warning."""
+        return moved_keys(data)
 
     @model_validator(mode="after")
     def _envs(self) -> Config:
@@ -527,6 +537,47 @@ def renamed_keys(data: Any, renames: Mapping[str, str], where: str = "", warn: b
                 stacklevel=2,
             )
         out = {(new if key == old else key): value for key, value in out.items()}
+    return out
+
+
+# Keys that moved to another section of a GRPO config (old dotted key -> new one); the old place
+# still loads, with a warning.
+MOVED_KEYS = {"distributed.importance_sampling_cap": "trainer.importance_sampling_cap"}
+
+
+def moved_keys(data: Any, warn: bool = True) -> Any:
+    """A whole config `data` with each key of `MOVED_KEYS` found at its old place moved to the
+    new one, and one `HonedDeprecationWarning` per key moved (none with `warn=False`, for a
+    run's own saved config). Giving both places is fine when they agree and an error when they
+    do not: which value was meant is not known. Anything but a mapping passes through."""
+    if not isinstance(data, Mapping):
+        return data
+    out = dict(data)
+    for old, new in MOVED_KEYS.items():
+        old_section, old_key = old.split(".")
+        new_section, new_key = new.split(".")
+        source = out.get(old_section)
+        if not isinstance(source, Mapping) or old_key not in source:
+            continue
+        target = out.get(new_section)
+        if isinstance(target, BaseModel):
+            target = target.model_dump(exclude_unset=True)
+        target = dict(target) if isinstance(target, Mapping) else {}
+        value = source[old_key]
+        if new_key in target and target[new_key] != value:
+            raise ValueError(
+                f"'{old}' is the old place of '{new}' and both are given, with different values "
+                f"({value!r} and {target[new_key]!r}); keep '{new}'"
+            )
+        if warn:
+            warnings.warn(
+                f"config key '{old}' is deprecated: use '{new}' (same meaning)",
+                HonedDeprecationWarning,
+                stacklevel=2,
+            )
+        target[new_key] = value
+        out[old_section] = {k: v for k, v in source.items() if k != old_key}
+        out[new_section] = target
     return out
 
 
