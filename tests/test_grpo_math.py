@@ -425,6 +425,20 @@ def test_pi_old_is_scored_without_dropout_and_disable_dropout_makes_the_ratio_on
     assert stats["ratio/mean"] == 1.0 and stats["clip_ratio/region_mean"] == 0.0
 
 
+def test_eval_mode_turns_dropout_off_for_a_block_and_restores_each_models_mode():
+    """Sampling, evaluation and π_old / π_ref scoring share `eval_mode`: inside it no model
+    drops anything; after it, each is back in the mode it was in, even when the block fails."""
+    from honed.models.dropout import eval_mode
+
+    training, frozen = _dropout_policy().model.train(), _dropout_policy().model.eval()
+    with eval_mode(training, frozen):
+        assert not any(m.training for m in [*training.modules(), *frozen.modules()])
+    assert training.training and not frozen.training
+    with pytest.raises(RuntimeError, match="inside"), eval_mode(training):
+        raise RuntimeError("inside")
+    assert all(m.training for m in training.modules())
+
+
 def test_the_gradient_is_clipped_to_max_grad_norm(small_policy):
     seqs = _sequences(small_policy)
     before = torch.cat([p.detach().flatten().clone() for p in small_policy.model.parameters()])
