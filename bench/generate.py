@@ -38,7 +38,8 @@ from common import load_average, machine
 import honed.rl.update as update_module
 from honed.config import load_config
 from honed.envs.tasks import ArithmeticEnv
-from honed.models.policy import Policy, PolicySampler, SamplingParams, left_pad
+from honed.models.batching import left_pad
+from honed.models.policy import Policy, PolicySampler, SamplingParams
 from honed.models.sources import MODELS, resolve_model
 from honed.rl.trainer import GRPOTrainer
 from honed.runs.rundir import RunDir

@@ -120,7 +120,7 @@ def build_policy(shape: str, tiny: bool, device: torch.device, lora: bool, check
 def one_step(policy, update, args, step: int) -> int:
     """Sample a step's completions, update once; the number of completion tokens."""
     from honed.models.generation import SamplingParams, generate
-    from honed.rl.update import TrainSequence
+    from honed.rl.prepare import TrainSequence
 
     vocab = policy.model.config.vocab_size
     g = torch.Generator().manual_seed(step)

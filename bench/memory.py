@@ -35,7 +35,7 @@ def build(rows: int, completion: int, prompt: int):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from honed.models.scoring import make_batch
+    from honed.models.batching import make_batch
 
     torch.manual_seed(0)
     config = LlamaConfig(
@@ -60,7 +60,10 @@ def child(side: str, rows: int, completion: int, prompt: int, out: Path) -> None
     """One side's pass, in this process: peak memory before and after, and the log-probs."""
     import torch
 
-    from honed.models.scoring import score, token_logprobs
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from numerics import token_logprobs
+
+    from honed.models.scoring import score
 
     torch.set_num_threads(1)
     model, batch = build(rows, completion, prompt)

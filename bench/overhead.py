@@ -32,9 +32,8 @@ import torch
 from common import Settings, build_model_dir, honed_trainer, load_average, machine
 from transformers import DynamicCache
 
-from honed.models.policy import left_pad
-from honed.models.scoring import make_batch
-from honed.rl.update import prepare
+from honed.models.batching import left_pad, make_batch
+from honed.rl.prepare import prepare
 
 
 def bare_generate(model, prompts: list[list[int]], steps: int, pad_id: int) -> torch.Tensor:

@@ -1,10 +1,11 @@
 """Hand-written mutants of the GRPO core, and the test that kills each.
 
 A test earns its place by failing when the code it guards is broken. Each mutant below is one
-classic RL bug planted in `rewards/units.py`, `rl/advantages.py`, `rl/loss.py` or `rl/update.py`; the script plants
-it, runs the GRPO tests until the first failure, restores the file, and prints which test
-killed it. A mutant that survives is a hole in the suite. It edits the sources of the tree it
-lives in, so run it in a checkout nobody else is using (`git worktree add`).
+classic RL bug planted in `rewards/units.py`, `rl/advantages.py`, `rl/loss.py`, `rl/prepare.py`,
+`rl/update.py` or the batching and scoring they use (`models/batching.py`, `models/scoring.py`);
+the script plants it, runs the GRPO tests until the first failure, restores the file, and prints
+which test killed it. A mutant that survives is a hole in the suite. It edits the sources of
+the tree it lives in, so run it in a checkout nobody else is using (`git worktree add`).
 
     .venv/bin/python dev/mutants.py            # all mutants
     .venv/bin/python dev/mutants.py clip kl    # those whose name contains a word
@@ -172,39 +173,39 @@ MUTANTS = [
     ),
     Mutant(
         "normaliser not applied",
-        "rl/update.py",
+        "rl/prepare.py",
         "        rewards = normalize(group.env, rewards)",
         "        pass",
     ),
     Mutant(
         "KL penalty added to the reward",
-        "rl/update.py",
+        "rl/prepare.py",
         "r - sum(penalty[ti][si] for ti, si in unit)",
         "r + sum(penalty[ti][si] for ti, si in unit)",
     ),
     Mutant(
         "zero-spread groups not filtered",
-        "rl/update.py",
+        "rl/prepare.py",
         "        if is_zero and settings.filter_zero_std:\n            continue",
         "        if is_zero and settings.filter_zero_std:\n            pass",
     ),
     Mutant(
         "truncated completions not masked",
-        "rl/update.py",
+        "rl/prepare.py",
         "                    mask = [0] * len(mask)",
         "                    pass",
     ),
     Mutant(
         "last micro-batch dropped",
-        "rl/update.py",
+        "models/batching.py",
         "return [list(range(s, min(n, s + size))) for s in range(0, n, size)]",
         "return [list(range(s, min(n, s + size))) for s in range(0, n - size, size)] or [[0]]",
     ),
     Mutant(
         "token weights of the wrong rows",
         "rl/update.py",
-        "w[row, : len(weight)] = weight.to(torch.float32)",
-        "w[row, : len(weights[0])] = weights[0].to(torch.float32)[: width]",
+        "right_pad(weights, 0.0, width, torch.float32, device),",
+        "right_pad(weights[:1] * len(weights), 0.0, width, torch.float32, device),",
     ),
     Mutant(
         "no gradient clipping",
@@ -229,7 +230,11 @@ MUTANTS = [
         "rl/update.py",
         "grpo_loss(\n            logp,\n            state.old,",
         "grpo_loss(\n            logp,\n            torch.where(\n"
-        "                off[:, None], state.old, _pad([s.old_logprobs for s in chunk], width, device)\n"
+        "                off[:, None],\n"
+        "                state.old,\n"
+        "                right_pad(\n"
+        "                    [s.old_logprobs for s in chunk], 0.0, width, torch.float32, device\n"
+        "                ),\n"
         "            ),",
     ),
     Mutant(
@@ -247,22 +252,20 @@ MUTANTS = [
     Mutant(
         "reference scored with the policy",
         "rl/update.py",
-        "ref = self._score(self.reference, batch) if self.kl_in_loss else None\n"
-        "            state = cache",
-        "ref = self._score(self.policy.model, batch) if self.kl_in_loss else None\n"
-        "            state = cache",
+        "return frozen_logprobs(self.reference, batch, self.settings.temperature)",
+        "return frozen_logprobs(self.policy.model, batch, self.settings.temperature)",
     ),
     Mutant(
         "reward penalty's reference is the policy",
-        "rl/update.py",
-        "            ref = self._score(self.reference, batch)\n            penalty",
-        "            ref = self._score(self.policy.model, batch)\n            penalty",
+        "rl/prepare.py",
+        "ref = frozen_logprobs(reference, batch, settings.temperature)",
+        "ref = frozen_logprobs(policy.model, batch, settings.temperature)",
     ),
     Mutant(
         "pi_old scored with dropout on",
-        "rl/update.py",
-        "            model.eval()\n            try:",
-        "            try:",
+        "models/scoring.py",
+        "with _scope(target) as model, eval_mode(model), torch.inference_mode():",
+        "with _scope(target) as model, torch.inference_mode():",
     ),
     Mutant(
         "importance weights not applied",

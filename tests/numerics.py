@@ -1,4 +1,5 @@
-"""Comparing floats computed with different batch shapes, on any CPU.
+"""Comparing floats computed with different batch shapes, on any CPU; and the naive log-probs
+that honed's chunked scoring is checked against (`token_logprobs`).
 
 The same model on the same tokens gives log-probs that differ in the last bits when the batch
 has another shape: BLAS kernels block and vectorise by shape, and differently on each CPU
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import torch
+import torch.nn.functional as F
 
 # float32 log-probs of magnitude up to ~10 carry an absolute rounding error of ~1e-6 from a
 # reordered sum of a few hundred products; 1e-5 is ten times that and far below any real bug.
@@ -34,3 +36,22 @@ def assert_weights_close(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Te
     for key in a:
         x, y = a[key].double(), b[key].double()
         assert float((x - y).norm()) <= WEIGHTS_RTOL * float(y.norm()), key
+
+
+def token_logprobs(
+    logits: torch.Tensor, tokens: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The naive computation: log-probs of `tokens` [B, C] from the whole float32 log-softmax of
+    `logits` [B, C, V] tempered, and their entropy. The reference that
+    `honed.models.scoring.head_logprobs` is checked against (tests, `bench/memory.py`); training
+    never calls it."""
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    logp_all = F.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy

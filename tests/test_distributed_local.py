@@ -19,8 +19,9 @@ from honed.distributed.worker import RolloutWorker, ShardTask
 from honed.errors import HonedError
 from honed.models.policy import PolicySampler, SamplingParams
 from honed.rewards import RewardNormalizer, WelfordAccumulator
+from honed.rl.prepare import TrainSequence
 from honed.rl.trainer import GRPOTrainer, build_envs
-from honed.rl.update import PolicyUpdate, TrainSequence
+from honed.rl.update import PolicyUpdate
 from honed.runs.rundir import RunDir
 from honed.types import derive_seed
 
@@ -83,8 +84,8 @@ def test_merging_group_shards_in_item_order_is_exact_and_order_free_to_rounding(
 def _update(policy, cap: float):
     opt = torch.optim.SGD(policy.model.parameters(), lr=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
-    cfg = TrainerConfig(max_completion_length=6, max_grad_norm=None)
-    return PolicyUpdate(policy, opt, sched, cfg, importance_sampling_cap=cap)
+    cfg = TrainerConfig(max_completion_length=6, max_grad_norm=None, importance_sampling_cap=cap)
+    return PolicyUpdate(policy, opt, sched, cfg)
 
 
 def _grad_and_stats(small_policy, shift: float | None) -> tuple[torch.Tensor, dict]:
@@ -165,7 +166,7 @@ def test_resume_in_lagged_mode_redoes_the_queued_requests_without_drawing_again(
         ("distributed.backend=server", "needs a 'server' section"),
         ("distributed.address=somewhere", "local, auto or ray://"),
         ("distributed.max_stalenes=1", "did you mean 'distributed.max_staleness'"),
-        ("distributed.importance_sampling_cap=0.5", "importance_sampling_cap"),
+        ("trainer.importance_sampling_cap=0.5", "trainer.importance_sampling_cap"),
     ],
 )
 def test_distributed_config_errors_name_the_key(tmp_path, override, message):

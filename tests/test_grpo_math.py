@@ -10,11 +10,13 @@ import pytest
 import torch
 
 from honed.config import TrainerConfig
+from honed.models.batching import make_batch
 from honed.models.policy import PolicySampler, SamplingParams
-from honed.models.scoring import make_batch, score
+from honed.models.scoring import score
 from honed.rl.advantages import compute_advantages, group_units
 from honed.rl.loss import LOSS_TYPES, clipped_surrogate, kl_penalty, token_weights
-from honed.rl.update import PolicyUpdate, TrainSequence, prepare, zero_spread
+from honed.rl.prepare import TrainSequence, prepare, zero_spread
+from honed.rl.update import PolicyUpdate
 from honed.types import Group, Segment, Trajectory
 
 
@@ -229,7 +231,7 @@ def test_kl_term_is_zero_at_the_reference_and_penalises_drift(small_policy):
 
 
 def test_prefix_sharing_scores_and_gradients_match_the_plain_forward(small_policy):
-    from honed.models.scoring import PrefixBatch, build_batch
+    from honed.models.batching import PrefixBatch, build_batch
 
     sampler = PolicySampler(small_policy, SamplingParams(1.0, 1.0, 6))
     prompts = [p for p in ("12+3=", "7-1=", "100+23=") for _ in range(4)]
@@ -261,7 +263,7 @@ def test_prefix_sharing_scores_and_gradients_match_the_plain_forward(small_polic
 
 
 def test_prefix_sharing_is_used_only_when_prompts_repeat(small_policy):
-    from honed.models.scoring import PrefixBatch, TokenBatch, build_batch
+    from honed.models.batching import PrefixBatch, TokenBatch, build_batch
 
     ids = [[1, 5, 6], [1, 7], [1, 5, 6]]
     comps = [[8, 2], [9], [10, 11, 2]]
@@ -421,6 +423,20 @@ def test_pi_old_is_scored_without_dropout_and_disable_dropout_makes_the_ratio_on
     assert not dropout_active(policy.model) and policy.model.config.resid_pdrop == 0.0
     stats = update(policy, epsilon=0.0, epsilon_high=0.0).step(seqs)
     assert stats["ratio/mean"] == 1.0 and stats["clip_ratio/region_mean"] == 0.0
+
+
+def test_eval_mode_turns_dropout_off_for_a_block_and_restores_each_models_mode():
+    """Sampling, evaluation and π_old / π_ref scoring share `eval_mode`: inside it no model
+    drops anything; after it, each is back in the mode it was in, even when the block fails."""
+    from honed.models.dropout import eval_mode
+
+    training, frozen = _dropout_policy().model.train(), _dropout_policy().model.eval()
+    with eval_mode(training, frozen):
+        assert not any(m.training for m in [*training.modules(), *frozen.modules()])
+    assert training.training and not frozen.training
+    with pytest.raises(RuntimeError, match="inside"), eval_mode(training):
+        raise RuntimeError("inside")
+    assert all(m.training for m in training.modules())
 
 
 def test_the_gradient_is_clipped_to_max_grad_norm(small_policy):

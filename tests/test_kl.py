@@ -10,10 +10,11 @@ import torch
 import torch.nn.functional as F
 
 from honed.config import TrainerConfig
+from honed.models.batching import make_batch
 from honed.models.policy import PolicySampler, SamplingParams
-from honed.models.scoring import make_batch
 from honed.rl.loss import clipped_surrogate, grpo_loss, kl_penalty, kl_reward_penalty
-from honed.rl.update import PolicyUpdate, TrainSequence, prepare
+from honed.rl.prepare import TrainSequence, prepare, reward_penalties
+from honed.rl.update import PolicyUpdate
 from honed.types import Group, Segment, Trajectory
 
 VOCAB = 5
@@ -232,7 +233,7 @@ def test_kl_in_reward_trains_towards_the_reference_when_the_task_reward_is_flat(
         for i, prompt in enumerate(prompts)
     ]
     update = _update(policy, ref, kl_in_reward=True)
-    penalties = update.reward_penalties(groups)
+    penalties = reward_penalties(update.policy, update.reference, groups, update.settings)
     # every group's task reward is flat: only the penalties spread it, so nothing is filtered
     prepared = prepare(groups, update.settings, penalties=penalties)
     assert prepared.metrics["groups/filtered"] == 0

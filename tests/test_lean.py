@@ -13,10 +13,11 @@ from transformers import LlamaConfig, LlamaForCausalLM
 import honed.models.generation as generation_module
 import honed.models.lean as lean_module
 import honed.models.scoring as scoring_module
+from honed.models.batching import PrefixBatch, build_batch, left_pad, make_batch
 from honed.models.kvcache import InPlaceLayer, cache_argument, sampling_cache
 from honed.models.lean import LeanDecoder, _mask_bias, supports_lean, supports_lean_decoding
-from honed.models.policy import Policy, SamplingParams, left_pad
-from honed.models.scoring import PrefixBatch, build_batch, make_batch, score
+from honed.models.policy import Policy, SamplingParams
+from honed.models.scoring import score
 from honed.models.tiny import build_char_tokenizer
 
 

@@ -16,9 +16,10 @@ from peft import PeftModel
 
 from honed.cli import main
 from honed.errors import HonedError
+from honed.models.batching import build_batch
 from honed.models.lora import AdapterFreeReference
 from honed.models.policy import Policy, SamplingParams
-from honed.models.scoring import build_batch, score
+from honed.models.scoring import score
 from honed.rl.trainer import GRPOTrainer
 from honed.runs.rundir import RunDir
 

@@ -18,11 +18,13 @@ from honed.config import PolicyConfig, ServerConfig, TinyModelConfig, TrainerCon
 from honed.distributed.server import CompletionsGenerator
 from honed.distributed.worker import RolloutWorker, ShardTask
 from honed.envs.tools import ToolEnv
+from honed.models.batching import make_batch
 from honed.models.policy import Policy, PolicySampler, SamplingParams
-from honed.models.scoring import make_batch, score
+from honed.models.scoring import score
+from honed.rl.prepare import prepare
 from honed.rl.schedule import build_lr_scheduler
 from honed.rl.trainer import GRPOTrainer
-from honed.rl.update import PolicyUpdate, prepare
+from honed.rl.update import PolicyUpdate
 from honed.runs.rundir import RunDir
 from honed.types import Group, Segment, Trajectory
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from honed.models.batching import make_batch
 from honed.models.policy import Policy, SamplingParams
-from honed.models.scoring import make_batch
 from honed.models.tiny import build_char_tokenizer
 
 

@@ -8,11 +8,13 @@ import copy
 
 import pytest
 import torch
+from numerics import token_logprobs
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from honed.models import scoring
+from honed.models.batching import build_batch, make_batch
 from honed.models.policy import enable_checkpointing
-from honed.models.scoring import build_batch, head_logprobs, make_batch, score, token_logprobs
+from honed.models.scoring import head_logprobs, score
 
 
 def _naive(model, batch, temperature):

@@ -21,12 +21,13 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from honed.models.batching import make_batch
 from honed.models.policy import (
     Policy,
     PolicySampler,
     SamplingParams,
 )
-from honed.models.scoring import make_batch, score
+from honed.models.scoring import score
 from honed.models.sources import MODELS, resolve_model
 from honed.rl.evaluate import FewShotSampler
 

@@ -20,8 +20,9 @@ from honed.envs.metrics import step_metrics
 from honed.envs.multiturn.toolcalls import ToolCall
 from honed.envs.tools import ToolBox, ToolEnv, load_tools
 from honed.errors import HonedError
+from honed.models.batching import make_batch
 from honed.models.policy import Policy, PolicySampler, SamplingParams
-from honed.models.scoring import make_batch, score
+from honed.models.scoring import score
 from honed.models.sources import MODELS, resolve_model
 from honed.models.tiny import build_tiny_model
 

@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from honed.errors import HonedError, did_you_mean
+from honed.errors import HonedError, did_you_mean, warn_renamed
 from honed.rewards.normalizer import NormMode
 from honed.types import Split
 
@@ -316,6 +316,13 @@ class TrainerConfig(Strict):
         description="Put the KL in the reward instead of the loss: each sequence's reward "
         "loses β·Σ (log π_old − log π_ref) over its tokens before advantages (the PPO-RLHF "
         "way); needs `beta` > 0.",
+    )
+    importance_sampling_cap: float = Field(
+        2.0,
+        ge=1,
+        description="C in the weight min(π_old / μ, C) of tokens sampled off-policy "
+        "(asynchronous rollouts, inference servers), μ being the policy that sampled them "
+        "(`rl/loss.py`). Was `distributed.importance_sampling_cap`, which still loads.",
     )
     num_iterations: int = Field(
         1,
@@ -737,13 +744,7 @@ class DistributedConfig(Strict):
         0,
         ge=0,
         description="Optimizer steps rollouts may run ahead of the learner; 0: synchronous. "
-        "Off-policy tokens are reweighted by min(π_old / μ, `importance_sampling_cap`).",
-    )
-    importance_sampling_cap: float = Field(
-        2.0,
-        ge=1,
-        description="C in the weight min(π_old / μ, C) of tokens sampled off-policy "
-        "(asynchronous rollouts, inference servers), μ being the policy that sampled them.",
+        "Off-policy tokens are reweighted by min(π_old / μ, `trainer.importance_sampling_cap`).",
     )
     server: ServerConfig | None = Field(
         None,
@@ -834,6 +835,13 @@ class Config(Strict):
         description="Where rollouts are generated: in the learner, on Ray actors, or on "
         'OpenAI-compatible inference servers (README, "Scale out").',
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        """Keys that moved to another section still load under their old place (`MOVED_KEYS`),
+        with a deprecation warning."""
+        return moved_keys(data)
 
     @model_validator(mode="after")
     def _envs(self) -> Config:
@@ -926,6 +934,43 @@ def _explain(err: ValidationError, source: str, model: type[BaseModel] = Config)
     if not loc:
         return HonedError(f"{source}: {message}")
     return HonedError(f"{source}: invalid value for '{key}': {message}")
+
+
+# Keys that moved to another section of a GRPO config (old dotted key -> new one); the old place
+# still loads, with a warning.
+MOVED_KEYS = {"distributed.importance_sampling_cap": "trainer.importance_sampling_cap"}
+
+
+def moved_keys(data: Any, warn: bool = True) -> Any:
+    """A whole config `data` with each key of `MOVED_KEYS` found at its old place moved to the
+    new one, and one `warn_renamed` per key moved (none with `warn=False`, for a
+    run's own saved config). Giving both places is fine when they agree and an error when they
+    do not: which value was meant is not known. Anything but a mapping passes through."""
+    if not isinstance(data, Mapping):
+        return data
+    out = dict(data)
+    for old, new in MOVED_KEYS.items():
+        old_section, old_key = old.split(".")
+        new_section, new_key = new.split(".")
+        source = out.get(old_section)
+        if not isinstance(source, Mapping) or old_key not in source:
+            continue
+        target = out.get(new_section)
+        if isinstance(target, BaseModel):
+            target = target.model_dump(exclude_unset=True)
+        target = dict(target) if isinstance(target, Mapping) else {}
+        value = source[old_key]
+        if new_key in target and target[new_key] != value:
+            raise ValueError(
+                f"'{old}' is the old place of '{new}' and both are given, with different values "
+                f"({value!r} and {target[new_key]!r}); keep '{new}'"
+            )
+        if warn:
+            warn_renamed(f"config key '{old}'", f"'{new}'", stacklevel=2)
+        target[new_key] = value
+        out[old_section] = {k: v for k, v in source.items() if k != old_key}
+        out[new_section] = target
+    return out
 
 
 def load_model(

@@ -1,4 +1,5 @@
-"""Finding and switching off a model's dropout.
+"""Finding and switching off a model's dropout: for a whole run (`disable_dropout`), or for a
+block of code (`eval_mode`).
 
 Dropout lives in two places in Hugging Face models: `nn.Dropout` modules (GPT-2's residual and
 embedding dropout) and plain float attributes that a module passes to a functional call
@@ -9,6 +10,9 @@ whatever the architecture.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -48,3 +52,18 @@ def disable_dropout(model: torch.nn.Module) -> None:
     for key, value in list(vars(config).items()) if config is not None else []:
         if _is_rate(key, value):
             setattr(config, key, 0.0)
+
+
+@contextmanager
+def eval_mode(*models: torch.nn.Module) -> Iterator[None]:
+    """Every model in eval mode (no dropout) inside the block, and back in the mode it was in
+    after it, however the block ends: sampling, evaluation and the scoring of π_old and the
+    reference must not drop anything, whatever mode training left the model in."""
+    modes = [model.training for model in models]
+    for model in models:
+        model.eval()
+    try:
+        yield
+    finally:
+        for model, training in zip(models, modes, strict=True):
+            model.train(training)

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
+from honed.models.batching import distinct_prompts, left_pad, positions_of
 from honed.models.device import model_device
 from honed.models.kvcache import InPlaceLayer, cache_argument, sampling_cache
 from honed.models.lean import LeanDecoder, supports_lean_decoding
@@ -35,37 +36,6 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     max_tokens: int = 256
-
-
-def left_pad(
-    rows: Sequence[Sequence[int]], pad_id: int, device: torch.device | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows left-padded with `pad_id` ([len(rows), longest]) and their 0/1 mask; built on the
-    CPU and moved to `device` (when given) in one copy each."""
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long, device="cpu")
-    mask = torch.zeros((len(rows), width), dtype=torch.long, device="cpu")
-    for i, r in enumerate(rows):
-        if r:
-            ids[i, width - len(r) :] = torch.as_tensor(r, dtype=torch.long, device="cpu")
-            mask[i, width - len(r) :] = 1
-    if device is not None:
-        ids, mask = ids.to(device), mask.to(device)
-    return ids, mask
-
-
-def positions_of(mask: torch.Tensor) -> torch.Tensor:
-    """Position ids of a left-padded attention mask: 0 at each row's first real token (and at
-    its padding, which nothing attends to)."""
-    return (mask.cumsum(-1) - 1).clamp_min(0)
-
-
-def distinct_prompts(prompts: Sequence[Sequence[int]]) -> tuple[list[tuple[int, ...]], list[int]]:
-    """The distinct prompts in order of first appearance, and which one each row is: a GRPO
-    group repeats its prompt, which sampling and scoring then run through the model once."""
-    index: dict[tuple[int, ...], int] = {}
-    row_prompt = [index.setdefault(tuple(p), len(index)) for p in prompts]
-    return list(index), row_prompt
 
 
 @dataclass

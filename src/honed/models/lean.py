@@ -199,11 +199,11 @@ def lean_forward(
     key_mask: torch.Tensor,
     past: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
     keep: int | None = None,
-    head: bool = True,
 ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
-    """`model`'s forward with gradients: logits of the last `keep` positions (all if None)
-    and every layer's keys and values [B, kv_heads, S, head_dim], past ones included. With
-    `head=False`, the final hidden states (after the last norm) instead of the logits.
+    """`model`'s body with gradients: the final hidden states (after the last norm) of the last
+    `keep` positions (all if None), and every layer's keys and values [B, kv_heads, S,
+    head_dim], past ones included. The output head is left to the caller, which projects only
+    the positions it scores, a chunk at a time (`honed.models.scoring.head_logprobs`).
 
     `input_ids` and `positions` are [B, T]; `key_mask` is [B, S] over every key a query may see
     (1 real, 0 padding), the T new positions being the last T of the S; `past` holds each
@@ -214,7 +214,7 @@ def lean_forward(
     Padding costs arithmetic in every per-token product, and completions of one batch differ in
     length. When at least `PACK_MIN_PADDING` of the T positions are padding, the real tokens
     are packed into one row for everything but attention (projections, RoPE, norms, MLP), and
-    laid out [B, T] only for attention; padding positions then come out with zero logits.
+    laid out [B, T] only for attention; padding positions then come out as zero states.
 
     With gradient checkpointing on (`honed.models.policy.enable_checkpointing`), in training and
     under autograd, each layer is recomputed in the backward pass instead of keeping its
@@ -257,8 +257,7 @@ def lean_forward(
         hidden = hidden.view(batch, length, -1)
     if keep is not None:
         hidden = hidden[:, -keep:]
-    hidden = _norm(inner.norm, hidden)
-    return (model.lm_head(hidden) if head else hidden), present
+    return _norm(inner.norm, hidden), present
 
 
 def _lean_layer(
@@ -272,7 +271,7 @@ def _lean_layer(
     act: Callable[..., torch.Tensor] | None,
     training: bool,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """One decoder layer of `lean_forward` (apart so that it reads as embed, layers, head): the
+    """One decoder layer of `lean_forward` (apart so that it reads as embed, layers, norm): the
     new hidden state and the layer's keys and values [B, kv_heads, S, head_dim], `past` first.
 
     `rope` is (cos, sin) [b, t, 1, head_dim], `shape` the batch's (B, T), `packed` the indices

@@ -1,8 +1,8 @@
 """A Hugging Face causal LM as a policy: the model, its tokenizer and how prompts become tokens
 (chat templates, stop tokens), loading and saving; and `PolicySampler`, the view of it
 environments sample through. Sampling itself is `honed.models.generation` (`SamplingParams`
-and `left_pad` are re-exported here, where they used to live); scoring completions is
-`honed.models.scoring`.
+is re-exported here, where it used to live, and so is `left_pad`, now in
+`honed.models.batching`); scoring completions is `honed.models.scoring`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ from transformers.utils import logging as hf_logging
 
 from honed.config import PolicyConfig
 from honed.errors import HonedError
+from honed.models.batching import left_pad
 from honed.models.device import model_device, resolve_device, resolve_dtype
-from honed.models.generation import SamplingParams, generate, left_pad
+from honed.models.dropout import eval_mode
+from honed.models.generation import SamplingParams, generate
 from honed.models.lora import add_adapters, has_adapters, is_adapter_dir, load_adapters
 from honed.models.sources import resolve_model
 from honed.models.tiny import build_char_tokenizer, build_tiny_model
@@ -312,14 +314,9 @@ class PolicySampler:
             ids.append(list(p))
         step = self.batch_size or max(1, len(ids))
         out: list[Sample] = []
-        model = self.policy.model
-        training = model.training
-        model.eval()
-        try:
+        with eval_mode(self.policy.model):
             for start in range(0, len(ids), step):
                 out += self.policy.generate(
                     ids[start : start + step], seeds[start : start + step], self.params
                 )
-        finally:
-            model.train(training)
         return out

@@ -1,8 +1,9 @@
 """Scoring: the one way to turn prompts and completions into per-token log-probs and entropy.
 
 Everything that needs a completion's log-probs under a model — the update's forward (with
-gradients), π_old and the reference (without), the KL reward penalty, SFT — builds a batch
-with `build_batch` and calls `score`. Two batch layouts exist:
+gradients), π_old and the reference (without: `frozen_logprobs`), the KL reward penalty, SFT —
+builds a batch with `honed.models.batching.build_batch` and calls `score`. Two batch layouts
+exist:
 
 - `TokenBatch`: each row is its prompt (left-padded) followed by its completion
   (right-padded), so every completion sits in the last C positions and logits are computed
@@ -22,28 +23,28 @@ vocabulary is never held for the whole batch at once (`head_logprobs`): logits a
 `LOGITS_CHUNK_ELEMENTS` at a time, upcast to float32, reduced to the sampled token's log-prob
 and the entropy, and dropped; above `RECOMPUTE_ABOVE_ELEMENTS` logits in a batch, the backward
 pass recomputes each chunk (`torch.utils.checkpoint`) instead of keeping it. The naive
-computation (`token_logprobs`: the whole float32 log-softmax) stays as the reference the tests
-and `bench/memory.py` compare against.
+computation (the whole float32 log-softmax) is the reference the tests and `bench/memory.py`
+compare against (`tests/numerics.py`).
 
-Batches are built on the CPU (from Python lists) and moved to the model's device in one copy
-(`TokenBatch.to`, `PrefixBatch.to`); `score` moves a batch that is not there yet.
+`score` moves a batch that is not on the model's device yet (one copy per tensor).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from types import MethodType
 
 import torch
-import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache, PreTrainedModel
 
+from honed.models.batching import PrefixBatch, ScoreBatch, TokenBatch, positions_of
 from honed.models.device import model_device
-from honed.models.generation import distinct_prompts, left_pad, positions_of
+from honed.models.dropout import eval_mode
 from honed.models.kvcache import cache_argument
 from honed.models.lean import checkpointing, lean_forward, supports_lean
+from honed.models.lora import AdapterFreeReference
 
 # Logits computed at once, per chunk of completion tokens: 2**24 float32 values are 64 MiB, about
 # 110 tokens at Qwen's 151,936-token vocabulary, 340 at SmolLM2's 49,152.
@@ -63,74 +64,6 @@ ROOT_SCORE = "honed_score"
 
 
 @dataclass
-class TokenBatch:
-    """Prompts left-padded to P, completions right-padded to C: inputs of shape [B, P + C].
-
-    The layout keeps every completion in the last C positions, so the forward pass computes
-    logits only there (`logits_to_keep`), whatever the prompt lengths.
-    """
-
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    position_ids: torch.Tensor
-    completion_ids: torch.Tensor
-    completion_mask: torch.Tensor
-
-    @property
-    def completion_width(self) -> int:
-        return self.completion_ids.shape[1]
-
-    def to(self, device: torch.device) -> TokenBatch:
-        return _moved(self, device)
-
-
-@dataclass
-class PrefixBatch:
-    """Distinct prompts [G, P] (left-padded), completions [B, C] (right-padded), and which
-    prompt each row continues ([B] indices into the prompts)."""
-
-    prompt_ids: torch.Tensor
-    prompt_mask: torch.Tensor
-    row_prompt: torch.Tensor
-    completion_ids: torch.Tensor
-    completion_attention: torch.Tensor
-    completion_mask: torch.Tensor
-
-    @property
-    def completion_width(self) -> int:
-        return self.completion_ids.shape[1]
-
-    def to(self, device: torch.device) -> PrefixBatch:
-        return _moved(self, device)
-
-    def as_tokens(self) -> TokenBatch:
-        """The same rows as a `TokenBatch` (each row with its own copy of its prompt), for a
-        forward that cannot continue from a prompt's cache (gradient checkpointing through
-        `transformers`' layers, which drops the cache in training)."""
-        prompt_ids = self.prompt_ids[self.row_prompt]
-        prompt_mask = self.prompt_mask[self.row_prompt]
-        attention = torch.cat([prompt_mask, self.completion_attention], dim=1)
-        return TokenBatch(
-            input_ids=torch.cat([prompt_ids, self.completion_ids], dim=1),
-            attention_mask=attention,
-            position_ids=positions_of(attention),
-            completion_ids=self.completion_ids,
-            completion_mask=self.completion_mask,
-        )
-
-
-def _moved(batch, device: torch.device):
-    """`batch` with every tensor on `device` (the same object when they are there already)."""
-    tensors = {f.name: getattr(batch, f.name) for f in fields(batch)}
-    if all(t.device == device for t in tensors.values()):
-        return batch
-    return replace(batch, **{k: t.to(device, non_blocking=True) for k, t in tensors.items()})
-
-
-ScoreBatch = TokenBatch | PrefixBatch
-
-
-@dataclass
 class Scores:
     """Per-token results for a batch's completions, all [B, C]: `logprobs` (with gradient when
     the model ran with it), `entropy` (None unless asked for; never differentiable) and `mask`
@@ -139,60 +72,6 @@ class Scores:
     logprobs: torch.Tensor
     entropy: torch.Tensor | None
     mask: torch.Tensor
-
-
-def right_pad(rows: Sequence[Sequence[int]], pad: int, width: int) -> torch.Tensor:
-    """Rows padded on the right with `pad` to `width` columns, as one [len(rows), width] tensor."""
-    out = torch.full((len(rows), width), pad, dtype=torch.long, device="cpu")
-    for i, r in enumerate(rows):
-        if r:
-            out[i, : len(r)] = torch.as_tensor(r, dtype=torch.long, device="cpu")
-    return out
-
-
-def make_batch(
-    prompts: Sequence[Sequence[int]],
-    completions: Sequence[Sequence[int]],
-    masks: Sequence[Sequence[int]],
-    pad_id: int,
-) -> TokenBatch:
-    """Pack (prompt, completion, loss mask) triples into one padded `TokenBatch`."""
-    p_ids, p_mask = left_pad(prompts, pad_id)
-    width = max(1, max(len(c) for c in completions))
-    c_ids = right_pad(completions, pad_id, width)
-    c_mask = right_pad(masks, 0, width)
-    c_attn = right_pad([[1] * len(c) for c in completions], 0, width)
-    attention = torch.cat([p_mask, c_attn], dim=1)
-    positions = positions_of(attention)
-    return TokenBatch(
-        input_ids=torch.cat([p_ids, c_ids], dim=1),
-        attention_mask=attention,
-        position_ids=positions,
-        completion_ids=c_ids,
-        completion_mask=c_mask,
-    )
-
-
-def build_batch(
-    prompts: Sequence[Sequence[int]],
-    completions: Sequence[Sequence[int]],
-    masks: Sequence[Sequence[int]],
-    pad_id: int,
-) -> ScoreBatch:
-    """A `PrefixBatch` when some rows repeat a prompt (GRPO groups), else a `TokenBatch`."""
-    distinct, row_prompt = distinct_prompts(prompts)
-    if len(distinct) == len(prompts) or not all(prompts):
-        return make_batch(prompts, completions, masks, pad_id)
-    prompt_ids, prompt_mask = left_pad(distinct, pad_id)
-    width = max(1, max(len(c) for c in completions))
-    return PrefixBatch(
-        prompt_ids=prompt_ids,
-        prompt_mask=prompt_mask,
-        row_prompt=torch.as_tensor(row_prompt, dtype=torch.long, device="cpu"),
-        completion_ids=right_pad(completions, pad_id, width),
-        completion_attention=right_pad([[1] * len(c) for c in completions], 0, width),
-        completion_mask=right_pad(masks, 0, width),
-    )
 
 
 def score(
@@ -211,6 +90,25 @@ def score(
         logprobs, entropy, mask = through_root(batch, temperature, with_entropy)
         return Scores(logprobs, entropy, mask)
     return _score(model, batch, temperature, with_entropy)
+
+
+def frozen_logprobs(
+    target: torch.nn.Module | AdapterFreeReference, batch: ScoreBatch, temperature: float
+) -> torch.Tensor:
+    """`score`'s log-probs without gradient and with dropout off: π_old, the reference and the
+    KL reward penalty, which must not change with the update pass's dropout. `target` is a
+    model, or a LoRA run's reference (`AdapterFreeReference`: the policy with its adapters off).
+    Whatever mode the model was in, it is in again afterwards."""
+    with _scope(target) as model, eval_mode(model), torch.inference_mode():
+        logp = score(model, batch, temperature).logprobs
+    return logp.clone()
+
+
+def _scope(target: torch.nn.Module | AdapterFreeReference) -> AbstractContextManager:
+    """The model to score with: `target` itself, or the policy with its adapters off."""
+    if isinstance(target, AdapterFreeReference):
+        return target.scope()
+    return nullcontext(target)
 
 
 def enable_root_scoring(model: torch.nn.Module) -> None:
@@ -337,7 +235,7 @@ def _forward(
     positions (all if 0) and, when `cache` or `past` is given, the keys and values to continue
     from. `key_mask` covers past and new positions."""
     if supports_lean(model) and not logits:
-        return lean_forward(model, input_ids, positions, key_mask, past, keep or None, head=False)
+        return lean_forward(model, input_ids, positions, key_mask, past, keep or None)
     use_cache = cache or past is not None
     if use_cache and past is None:
         past = DynamicCache(config=model.config)
@@ -426,24 +324,6 @@ def _logits_logprobs(
     ]
     logp = torch.cat([lp for lp, _ in parts]).view(rows, width)
     return logp, torch.cat([ent for _, ent in parts]).view(rows, width)
-
-
-def token_logprobs(
-    logits: torch.Tensor, tokens: torch.Tensor, temperature: float, with_entropy: bool
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The naive computation: log-probs of `tokens` [B, C] from the whole float32 log-softmax of
-    `logits` [B, C, V] tempered, and their entropy. The reference `head_logprobs` is checked
-    against (tests, `bench/memory.py`); training never calls it."""
-    logits = logits.float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    logp_all = F.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return logp, entropy
 
 
 def _expand(past: Past, rows: torch.Tensor) -> Past:

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from honed.envs.base import Environment, Reporting, Sample, SingleTurnEnv, Table
 from honed.envs.metrics import step_metrics
+from honed.models.dropout import eval_mode
 from honed.models.policy import Policy, PolicySampler, SamplingParams
 from honed.types import Group, Message, Prompt
 
@@ -108,9 +109,7 @@ def evaluate(
     sampler = PolicySampler(policy, SamplingParams(temperature, top_p, max_tokens))
     results: dict[str, float] = {}
     accuracies, rewards = [], []
-    was_training = policy.model.training
-    policy.model.eval()
-    try:
+    with eval_mode(policy.model):
         for name, env in envs.items():
             if few_shot and not isinstance(env, SingleTurnEnv):
                 continue
@@ -127,8 +126,6 @@ def evaluate(
             results.update(stats)
             accuracies.append(stats[f"{name}/accuracy"])
             rewards.append(stats[f"{name}/reward"])
-    finally:
-        policy.model.train(was_training)
     results["accuracy"] = _mean(accuracies)
     results["reward"] = _mean(rewards)
     return results
@@ -147,13 +144,7 @@ def env_reports(
     if not reporting:
         return {}
     samplers = {label: PolicySampler(policy, params) for label, policy in agents.items()}
-    modes = {label: policy.model.training for label, policy in agents.items()}
-    for policy in agents.values():
-        policy.model.eval()
-    try:
+    with eval_mode(*(policy.model for policy in agents.values())):
         return {
             name: env.report(samplers, split, num_items, seed) for name, env in reporting.items()
         }
-    finally:
-        for label, policy in agents.items():
-            policy.model.train(modes[label])

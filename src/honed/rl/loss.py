@@ -25,7 +25,7 @@ can add, at the price of a bias towards μ.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import get_args
 
 import torch
@@ -208,3 +208,65 @@ def grpo_loss(
         per_token = per_token * is_weight
     loss = (per_token * weights).sum()
     return LossOut(loss, surrogate, kl, off_policy, is_weight, capped)
+
+
+@dataclass
+class StepStats:
+    """What an optimizer step's loss was made of, summed over its micro-batches (and over the
+    learner processes): token counts and token-weighted sums, which `metrics` turns into
+    means. Each micro-batch's `LossOut` adds to it (`add`)."""
+
+    loss: float = 0.0  # the loss itself (the token weights already normalise it)
+    low: float = 0.0  # tokens whose gradient the lower clip took away
+    high: float = 0.0  # ... and the upper clip
+    kl: float = 0.0
+    entropy: float = 0.0
+    ratio: float = 0.0
+    off: float = 0.0  # off-policy tokens (importance-weighted)
+    capped: float = 0.0  # off-policy tokens whose weight the cap bound
+    is_weight: float = 0.0  # their importance weights
+    tokens: float = 0.0  # tokens trained on
+
+    def add(self, out: LossOut, mask: torch.Tensor, entropy: torch.Tensor) -> None:
+        """Add one micro-batch: its loss's parts, over the tokens of `mask` ([B, C], float)
+        whose entropy is `entropy` ([B, C])."""
+        surr = out.surrogate
+        if out.is_weight is not None and out.capped is not None:
+            self.off += float(out.off_policy.sum())
+            self.capped += float(out.capped.sum())
+            self.is_weight += float((out.is_weight * out.off_policy).sum())
+        self.tokens += float(mask.sum())
+        self.loss += out.loss.item()
+        self.low += float((surr.low_clipped.float() * mask).sum())
+        self.high += float((surr.high_clipped.float() * mask).sum())
+        self.ratio += float((surr.ratio.detach() * mask).sum())
+        self.entropy += float((entropy * mask).sum())
+        if out.kl is not None:
+            self.kl += float((out.kl.detach() * mask).sum())
+
+    def as_tensor(self, device: torch.device) -> torch.Tensor:
+        """The sums as one float64 tensor, to be summed over processes (`from_tensor`)."""
+        return torch.tensor(astuple(self), dtype=torch.float64, device=device)
+
+    @classmethod
+    def from_tensor(cls, totals: torch.Tensor) -> StepStats:
+        return cls(*totals.tolist())
+
+    def metrics(self, grad_norm: float) -> dict[str, float]:
+        """The step's metrics: per-token means of the sums, and the gradient's norm."""
+        per_tok = max(self.tokens, 1.0)
+        off_tok = max(self.off, 1.0)
+        return {
+            "loss": self.loss,
+            "clip_ratio/low_mean": self.low / per_tok,
+            "clip_ratio/high_mean": self.high / per_tok,
+            "clip_ratio/region_mean": (self.low + self.high) / per_tok,
+            "ratio/mean": self.ratio / per_tok,
+            "entropy": self.entropy / per_tok,
+            "kl": self.kl / per_tok,
+            "grad_norm": grad_norm,
+            "tokens/trained": self.tokens,
+            "is/off_policy_frac": self.off / per_tok,
+            "is/capped_frac": self.capped / off_tok,
+            "is/weight_mean": self.is_weight / off_tok if self.off else 1.0,
+        }

@@ -21,8 +21,9 @@ import torch
 from honed.config import SFTConfig
 from honed.envs.base import Environment, TokenReferences
 from honed.errors import HonedError
+from honed.models.batching import TokenBatch, make_batch, right_pad
 from honed.models.policy import Policy
-from honed.models.scoring import TokenBatch, make_batch, score
+from honed.models.scoring import score
 from honed.rl.schedule import build_lr_scheduler, build_optimizer
 
 MAX_EXAMPLES_PER_ENV = 50_000
@@ -80,9 +81,7 @@ def _batch(
         [[1] * len(t) for _, t, _ in examples],
         pad_id,
     )
-    width = batch.completion_width
-    rows = [w + [0.0] * (width - len(w)) for w in weights]
-    return batch, torch.tensor(rows, device="cpu")
+    return batch, right_pad(weights, 0.0, batch.completion_width, torch.float32)
 
 
 def run_sft(

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import yaml
 
-from honed.config import Config, PolicyConfig, dump_config, format_change
+from honed.config import Config, PolicyConfig, dump_config, format_change, moved_keys
 from honed.distributed import RolledGroup, RolloutPipeline, RolloutRequest, build_backend, fsdp
 from honed.distributed.learner import LearnerGroup, ShardedBackend
 from honed.envs.base import Environment
@@ -44,10 +44,11 @@ from honed.models.lora import AdapterFreeReference, is_checkpoint
 from honed.models.policy import Policy
 from honed.rewards import RewardNormalizer
 from honed.rl.evaluate import evaluate
+from honed.rl.prepare import Penalties, Prepared, prepare, reward_penalties, zero_spread
 from honed.rl.rollout_log import step_record
 from honed.rl.schedule import apply_optimizer_settings, build_lr_scheduler, build_optimizer
 from honed.rl.sft import run_sft
-from honed.rl.update import Penalties, PolicyUpdate, Prepared, prepare, zero_spread
+from honed.rl.update import PolicyUpdate
 from honed.runs.files import atomic_write_dir
 from honed.runs.lifecycle import (
     Change,
@@ -290,7 +291,6 @@ class GRPOTrainer:
             self.scheduler,
             trainer,
             reference,
-            self.config.distributed.importance_sampling_cap,
             self.learners,
             sharded=self.sharded,
         )
@@ -352,6 +352,8 @@ class GRPOTrainer:
         before = state.get("config")
         if before is None and self.run.config_path.is_file():  # a checkpoint without it
             before = yaml.safe_load(self.run.config_path.read_text())
+        # a run saved before a key moved reports no change for it (`MOVED_KEYS`)
+        before = moved_keys(before, warn=False)
         changes = resume_changes(before, self.config.model_dump(mode="json"))
         queued = bool(state.get("rollout_queue"))
         for change in changes:
@@ -469,7 +471,8 @@ class GRPOTrainer:
         """The KL reward penalties of each group (`kl_in_reward`), else none."""
         if not self.config.trainer.kl_in_reward:
             return [None] * len(rolled)
-        return self.update.reward_penalties([r.group for r in rolled])
+        groups = [r.group for r in rolled]
+        return reward_penalties(self.policy, self.update.reference, groups, self.config.trainer)
 
     def _with_spread(self, pool: list[RolledGroup], penalties: list[Penalties | None]) -> list[int]:
         """Indices of the groups of `pool` whose signal has spread."""

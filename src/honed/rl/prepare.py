@@ -1,0 +1,196 @@
+"""From scored groups to what one optimizer step trains on: the reward signal, advantages,
+the zero-spread filter and training sequences.
+
+`prepare` turns groups into training sequences (one per segment, each with its group-relative
+advantage), dropping zero-spread groups; `honed.rl.update.PolicyUpdate.step` then trains on
+them.
+
+One reward signal: the rewards that advantages are computed from (`unit_signal`: the units'
+rewards, with the overlong penalty, mapped by the environment's normaliser, less the KL
+penalty of `reward_penalties` when `kl_in_reward`) are also the ones that decide whether a
+group has any spread, both for dynamic sampling (`zero_spread`) and for the zero-spread filter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from honed.config import TrainerConfig
+from honed.models.batching import build_batch, micro_batches
+from honed.models.lora import AdapterFreeReference
+from honed.models.policy import Policy
+from honed.models.scoring import frozen_logprobs
+from honed.rewards.units import group_units, unit_rewards
+from honed.rl.advantages import compute_advantages
+from honed.rl.loss import kl_reward_penalty
+from honed.types import Group
+
+# One group's KL reward penalties: per trajectory, per segment, β·Σ k1 over its tokens.
+Penalties = list[list[float]]
+Normalize = Callable[[str, list[float]], list[float]]
+
+
+@dataclass
+class TrainSequence:
+    """One segment as the update trains on it: its tokens, loss mask, behaviour log-probs and
+    the advantage of the reward unit it belongs to."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    mask: list[int]
+    old_logprobs: list[float]
+    advantage: float
+    off_policy: bool = False
+    group: int = 0  # the index of its group among the step's groups
+
+
+@dataclass
+class Prepared:
+    """What one step trains on, and what it learned about the groups on the way."""
+
+    sequences: list[TrainSequence]
+    kept_groups: list[Group]
+    group_stds: list[float]
+    zero_std: list[bool]
+    metrics: dict[str, float] = field(default_factory=dict)
+    # per group (all of them, kept or not), the advantage of each reward unit
+    advantages: list[list[float]] = field(default_factory=list)
+
+
+def reward_penalties(
+    policy: Policy,
+    reference: torch.nn.Module | AdapterFreeReference | None,
+    groups: list[Group],
+    settings: TrainerConfig,
+) -> list[Penalties]:
+    """The KL reward penalty β·Σ_t (log π_old − log π_ref) of every segment of `groups`.
+
+    π_old is `policy` now, before this step's update, scored by the learner itself; the
+    penalty is a fixed part of the reward, so no gradient flows through it.
+    """
+    if reference is None:
+        raise ValueError("the KL reward penalty needs a reference model")
+    segments = [
+        (gi, ti, si, seg)
+        for gi, g in enumerate(groups)
+        for ti, t in enumerate(g.trajectories)
+        for si, seg in enumerate(t.segments)
+    ]
+    out: list[Penalties] = [[[0.0] * len(t.segments) for t in g.trajectories] for g in groups]
+    scored = [x for x in segments if x[3].completion_ids]
+    for idx in micro_batches(len(scored), settings.micro_batch_size):
+        chunk = [scored[i][3] for i in idx]
+        batch = build_batch(
+            [s.prompt_ids for s in chunk],
+            [s.completion_ids for s in chunk],
+            [list(s.mask()) for s in chunk],
+            policy.pad_id,
+        ).to(policy.device)
+        logp = frozen_logprobs(policy.model, batch, settings.temperature)
+        ref = frozen_logprobs(reference, batch, settings.temperature)
+        penalty = kl_reward_penalty(logp, ref, batch.completion_mask.float(), settings.beta)
+        penalty_cpu = penalty.cpu()  # one copy from the device, not one per row
+        for row, i in enumerate(idx):
+            gi, ti, si, _ = scored[i]
+            out[gi][ti][si] = float(penalty_cpu[row])
+    return out
+
+
+def unit_signal(
+    group: Group,
+    settings: TrainerConfig,
+    normalize: Normalize | None = None,
+    penalty: Penalties | None = None,
+) -> list[float]:
+    """The rewards a group's advantages are computed from, one per unit.
+
+    Each unit's reward (with the soft overlong penalty), mapped by `normalize(env, rewards)`,
+    less the KL penalty of the unit's segments (`penalty[trajectory][segment]`) when given.
+    """
+    rewards = unit_rewards(
+        group, settings.max_completion_length, settings.overlong_buffer, settings.overlong_penalty
+    )
+    if normalize is not None:
+        rewards = normalize(group.env, rewards)
+    if penalty is not None:
+        members = group_units(group).members
+        rewards = [
+            r - sum(penalty[ti][si] for ti, si in unit)
+            for r, unit in zip(rewards, members, strict=True)
+        ]
+    return rewards
+
+
+def zero_spread(
+    groups: list[Group],
+    settings: TrainerConfig,
+    normalize: Normalize | None = None,
+    penalties: Sequence[Penalties | None] | None = None,
+) -> list[bool]:
+    """Whether each group's signal is (nearly) all equal: zero advantage, nothing to learn.
+
+    Decided on exactly the values `prepare` computes advantages from, with the same test.
+    """
+    penalties = penalties or [None] * len(groups)
+    signals = [
+        unit_signal(g, settings, normalize, p) for g, p in zip(groups, penalties, strict=True)
+    ]
+    _, stds = compute_advantages(signals, "none")
+    return [s < settings.zero_std_tolerance for s in stds]
+
+
+def prepare(
+    groups: list[Group],
+    settings: TrainerConfig,
+    normalize: Normalize | None = None,
+    off_policy: Sequence[bool] | None = None,
+    penalties: Sequence[Penalties | None] | None = None,
+) -> Prepared:
+    """Training sequences from groups; `normalize(env, rewards)` maps rewards before advantages;
+    `off_policy` (one flag per group, default none) marks groups whose behaviour log-probs are
+    not the learner's current ones, to be importance-weighted; `penalties` (one per group) are
+    the KL reward penalties of `kl_in_reward`."""
+    off_policy = off_policy or [False] * len(groups)
+    penalties = penalties or [None] * len(groups)
+    signals = [
+        unit_signal(g, settings, normalize, p) for g, p in zip(groups, penalties, strict=True)
+    ]
+    advantages, stds = compute_advantages(signals, settings.scale_rewards)
+    zero = [s < settings.zero_std_tolerance for s in stds]
+    sequences: list[TrainSequence] = []
+    kept: list[Group] = []
+    for index, (group, adv, is_zero, off) in enumerate(
+        zip(groups, advantages, zero, off_policy, strict=True)
+    ):
+        if is_zero and settings.filter_zero_std:
+            continue
+        kept.append(group)
+        units = group_units(group)
+        for a, members in zip(adv, units.members, strict=True):
+            for ti, si in members:
+                seg = group.trajectories[ti].segments[si]
+                if not seg.completion_ids:
+                    continue
+                mask = list(seg.mask())
+                if settings.mask_truncated_completions and seg.truncated:
+                    mask = [0] * len(mask)
+                sequences.append(
+                    TrainSequence(
+                        seg.prompt_ids,
+                        seg.completion_ids,
+                        mask,
+                        seg.logprobs,
+                        float(a),
+                        off,
+                        index,
+                    )
+                )
+    metrics = {
+        "frac_reward_zero_std": sum(zero) / len(zero) if zero else 0.0,
+        "groups/trained": float(len(kept)),
+        "groups/filtered": float(len(groups) - len(kept)),
+    }
+    return Prepared(sequences, kept, stds, zero, metrics, advantages)
