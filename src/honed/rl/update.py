@@ -44,6 +44,7 @@ from honed.models.scoring import ScoreBatch, build_batch, score
 from honed.rewards.units import group_units, unit_rewards
 from honed.rl.advantages import compute_advantages
 from honed.rl.loss import grpo_loss, kl_reward_penalty, token_weights
+from honed.rl.nonfinite import NonFinite, check_penalties, check_update, explain_loss
 from honed.types import Group
 
 # One group's KL reward penalties: per trajectory, per segment, β·Σ k1 over its tokens.
@@ -231,6 +232,8 @@ class PolicyUpdate:
         self.importance_sampling_cap = importance_sampling_cap
         self.learners = learners or LearnerGroup()
         self.sharded = sharded
+        # what made this process's loss non-finite in the optimizer step under way, if anything
+        self._found: NonFinite | None = None
 
     @property
     def kl_in_loss(self) -> bool:
@@ -289,6 +292,11 @@ class PolicyUpdate:
             ref = self._score(self.reference, batch)
             penalty = kl_reward_penalty(logp, ref, batch.completion_mask.float(), settings.beta)
             penalty_cpu = penalty.cpu()  # one copy from the device, not one per row
+            check_penalties(
+                penalty_cpu,
+                {"the policy's": logp, "the reference's": ref},
+                [groups[scored[i][0]].env for i in idx],
+            )
             for row, i in enumerate(idx):
                 gi, ti, si, _ = scored[i]
                 out[gi][ti][si] = float(penalty_cpu[row])
@@ -331,7 +339,8 @@ class PolicyUpdate:
         return stats
 
     def skip(self) -> dict[str, float]:
-        """A step with nothing to learn (every group filtered): the schedule still advances.
+        """A step with nothing to learn (every group filtered), or dropped for a non-finite
+        value (`honed.rl.nonfinite`; its gradients are cleared): the schedule still advances.
 
         The optimizer step is a no-op (no parameter has a gradient) and keeps torch's scheduler
         from warning that it was stepped first.
@@ -369,6 +378,7 @@ class PolicyUpdate:
         model = self.policy.model
         model.train()
         self.optimizer.zero_grad(set_to_none=True)
+        self._found = None
         sums = dict.fromkeys(_SUMS, 0.0)
         for mb, (chunk, weights) in enumerate(batches):
             self._backward(mb, chunk, weights, cache, sums)
@@ -378,6 +388,8 @@ class PolicyUpdate:
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         if isinstance(grad_norm, DTensor):  # sharded gradients: the norm of the whole
             grad_norm = grad_norm.full_tensor()
+        norm = float(grad_norm)
+        check_update(sums["loss"], norm, self._found)  # the step is applied only if finite
         self.optimizer.step()
         per_tok = max(sums["tokens"], 1.0)
         off_tok = max(sums["off"], 1.0)
@@ -389,7 +401,7 @@ class PolicyUpdate:
             "ratio/mean": sums["ratio"] / per_tok,
             "entropy": sums["entropy"] / per_tok,
             "kl": sums["kl"] / per_tok,
-            "grad_norm": float(grad_norm),
+            "grad_norm": norm,
             "tokens/trained": sums["tokens"],
             "is/off_policy_frac": sums["off"] / per_tok,
             "is/capped_frac": sums["capped"] / off_tok,
@@ -458,7 +470,13 @@ class PolicyUpdate:
             sums["capped"] += float(out.capped.sum())
             sums["is_weight"] += float((out.is_weight * out.off_policy).sum())
         sums["tokens"] += float(mask.sum())
-        sums["loss"] += out.loss.item()
+        loss = out.loss.item()
+        sums["loss"] += loss
+        self._found = self._found or explain_loss(
+            loss,
+            {"the policy's": logp, "π_old's": state.old, "the reference's": state.ref},
+            [s.group for s in chunk],
+        )
         sums["low"] += float((surr.low_clipped.float() * mask).sum())
         sums["high"] += float((surr.high_clipped.float() * mask).sum())
         sums["ratio"] += float((surr.ratio.detach() * mask).sum())
