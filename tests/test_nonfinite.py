@@ -175,7 +175,9 @@ def test_skip_step_drops_the_step_and_goes_on(tmp_path, monkeypatch, capsys, fau
     inject, trainer, _, _ = FAULTS[fault]
     _inject_at(monkeypatch, BAD_STEP, inject)
     config = _config(tmp_path, on_nonfinite="skip_step", **trainer)
+    # the curricula score items by reward: a NaN one reaching them would stop the run
     overrides = ["-o", "checkpoint.every=1", "-o", "reward_norm.mode=zscore"]
+    overrides += ["-o", "curriculum.score=reward"]
     assert main(["train", str(config), "--quiet", *overrides]) == 0
     run = RunDir(tmp_path / "run")
     rows = [r for r in run.read_jsonl(run.metrics_path) if "learning_rate" in r]
