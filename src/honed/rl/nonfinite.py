@@ -14,7 +14,7 @@ quantity is checked where it is made, before anything that would keep it:
   norm, before the optimizer step;
 - the weights of every model a run starts or resumes from.
 
-A check costs one `isfinite` reduction per tensor where the value is already on the CPU (the
+A check costs one reduction per tensor, where the value is already on the CPU (the
 rewards, advantages, sampled log-probs, the KL penalty and the loss are, for other reasons);
 the gradient norm is read before the optimizer step instead of after it. Only once a check has
 failed does finding which tensor and which rows were at fault cost more.
@@ -22,7 +22,8 @@ failed does finding which tensor and which rows were at fault cost more.
 What a failed check does is `trainer.on_nonfinite`: `stop` ends the run at that step (exit code
 2, one line naming the quantity, the step and the environments; nothing of the step is saved,
 so the latest checkpoint stays that of the last good step), `skip_step` drops the step: no
-optimizer step, the learning-rate schedule advances as on a step whose groups were all filtered
+optimizer step (with `num_iterations` > 1, each iteration is one: those before the bad one
+stay applied), no statistic takes in its groups, the learning-rate schedule advances as on a step whose groups were all filtered
 (so that a resumed run, which positions the schedule at its step, agrees), and the step is
 logged as `nonfinite/skipped` with `nonfinite/<quantity>`. Non-finite weights always stop the
 run: every step after them would be skipped.
@@ -168,13 +169,16 @@ def check_update(loss: float, grad_norm: float, found: NonFinite | None) -> None
 def check_weights(model: torch.nn.Module, what: str) -> None:
     """Every parameter and floating-point buffer of `model` is finite, or a `HonedError`
     naming the first that is not and `what` the model is. One reduction per tensor and one
-    copy from the device for the whole model."""
+    copy from the device for the whole model: a tensor's float32 sum is finite exactly when
+    each of its values is (weights cannot add up past float32's range), and unlike
+    `isfinite(t)` it needs no temporary the size of the tensor."""
     named = [
         (name, t)
         for name, t in [*model.named_parameters(), *model.named_buffers()]
         if t.is_floating_point()
     ]
-    finite = torch.stack([torch.isfinite(t.detach()).all() for _, t in named]).cpu()
+    sums = torch.stack([t.detach().sum(dtype=torch.float32) for _, t in named])
+    finite = torch.isfinite(sums).cpu()
     if bool(finite.all()):
         return
     name = named[int((~finite).nonzero()[0, 0])][0]
