@@ -62,7 +62,10 @@ def _inject_at(
 
 
 def _nan_reward(m, trainer):
-    m.setattr(DigitShareEnv, "score", lambda self, item, completion: Score(reward=math.nan))
+    def nan_score(self, item, completion):
+        return Score(reward=math.nan, components={"share": math.nan, "length": 0.1})
+
+    m.setattr(DigitShareEnv, "score", nan_score)
 
 
 def _nan_logits(m, trainer):
@@ -122,7 +125,7 @@ def _inf_gradient(m, trainer):
 FAULTS = {
     "sampling logit": (_nan_logits, {}, "sampling log-prob", "a NaN or infinite logit"),
     "policy weight": (_nan_weight, {}, "sampling log-prob", "a NaN or infinite logit"),
-    "reward": (_nan_reward, {}, "reward", "scored nan"),
+    "reward": (_nan_reward, {}, "reward", "scored nan (share nan)"),
     "reference, KL in the reward": (
         _nan_reference,
         {"beta": 0.04, "kl_in_reward": True},

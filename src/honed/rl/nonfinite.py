@@ -99,7 +99,11 @@ def check_rollouts(groups: Sequence[Group]) -> None:
         for t in group.trajectories:
             rewards = [t.reward] + [s.reward for s in t.segments if s.reward is not None]
             if not all(math.isfinite(r) for r in rewards):
-                parts = [f"{k} {v}" for k, v in t.components.items() if not math.isfinite(v)]
+                parts = [
+                    f"{k} {v}"
+                    for k, v in t.components.items()
+                    if isinstance(v, float) and not math.isfinite(v)
+                ]
                 what = f" ({', '.join(parts)})" if parts else ""
                 raise NonFinite(
                     "reward", f"item '{group.item_key}' scored {t.reward}{what}", [group.env]
