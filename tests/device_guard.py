@@ -9,7 +9,8 @@ states, through a `TorchFunctionMode` that sees every torch call:
 
 - *device*: the policy's weights after `model.to(VIRTUAL)`, tensors moved or created there
   (`.to(VIRTUAL)`, `device=VIRTUAL`, or `device=t.device` of a device tensor, whose `.device`
-  reads `VIRTUAL` under the guard), and anything computed from a device tensor;
+  reads `VIRTUAL` under the guard when it is on the CPU), and anything computed from a device
+  tensor;
 - *host*: tensors created on the plain CPU (a factory with no device or `device="cpu"`, or
   `.cpu()`), and anything computed from host tensors only;
 - *unknown*: tensors the mode never saw made (the autograd engine's gradients, tensors that
@@ -138,8 +139,12 @@ class DeviceGuard(TorchFunctionMode):
     def _attribute(self, func, name: str, args):
         attribute = getattr(getattr(func, "__self__", None), "__name__", "")
         out = func(*args)
+        # Only a tensor really on the CPU reads as the virtual device: a meta tensor (a model
+        # built before its weights are loaded) must read `meta`, or `transformers` takes its
+        # meta-device construction for a real one and initialises weights there, marking them
+        # done, and a loaded model's non-persistent buffers (RoPE's `inv_freq`) stay unwritten.
         if name == "__get__" and attribute == "device" and _state(args[0]) == DEVICE:
-            return VIRTUAL
+            return VIRTUAL if out.type == "cpu" else out
         if name == "__get__" and attribute in ("grad", "data"):
             _mark(out, _state(args[0]))
         if name == "__set__" and attribute == "data":

@@ -14,6 +14,7 @@ from openai_server import FakeOpenAIServer, FakeRequest, Reply
 from tiny_run import SMALL_MODEL, DigitShareEnv, small_config_data
 
 from honed.config import LoraSettings, PolicyConfig, TinyModelConfig
+from honed.errors import HonedError
 from honed.models.policy import Policy, SamplingParams
 from honed.types import Score
 
@@ -40,10 +41,17 @@ class DieOnceEnv(DigitShareEnv):
 
 
 class NaNEnv(DigitShareEnv):
-    """Scores every completion NaN: the check in a worker must reach the learner as it is."""
+    """Scores every completion NaN: the group must reach the learner, which stops on it."""
 
     def score(self, item, completion):
         return Score(reward=float("nan"))
+
+
+class BrokenEnv(DigitShareEnv):
+    """Fails to score with a `HonedError`: in a worker, it must reach the learner as it is."""
+
+    def score(self, item, completion):
+        raise HonedError("environment 'broken' cannot score this completion")
 
 
 def scaleout_data(tmp_path: Path, kill_a_worker: bool = False, **trainer: Any) -> dict:

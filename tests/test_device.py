@@ -14,6 +14,7 @@ from tiny_run import small_config, small_config_data, spread_env_data
 from honed.errors import HonedError
 from honed.models import device as device_module
 from honed.models.device import resolve_device, resolve_dtype
+from honed.models.policy import Policy
 from honed.rl.trainer import GRPOTrainer
 from honed.runs.rundir import RunDir
 
@@ -61,6 +62,31 @@ def test_the_guard_sees_a_host_tensor_meet_a_device_tensor():
         assert guard.violations == []
         _ = weight + torch.zeros(3, device="cpu")
     assert len(guard.violations) == 1 and "mixed" in guard.violations[0]
+
+
+def test_a_model_loaded_under_the_guard_is_the_model_saved(tmp_path, monkeypatch):
+    """`from_pretrained` builds the model on the meta device and initialises only what the
+    checkpoint does not hold (RoPE's `inv_freq`, a non-persistent buffer) once it is real. A
+    guard that read a meta tensor's device as `VIRTUAL` made `transformers` initialise on the
+    meta device and mark the work done, leaving `inv_freq` as `torch.empty_like` left it: the
+    reference loaded from the warm-start scored garbage, and NaN when the memory held NaN.
+    Here the memory `empty_like` hands out holds NaN, so a skipped initialisation always shows."""
+    built = Policy.from_config(small_config(tmp_path).policy, seed=0)
+    built.save(tmp_path / "model")
+    empty_like = torch.empty_like
+
+    def unwritten(*args, **kwargs):
+        out = empty_like(*args, **kwargs)
+        return out.fill_(math.nan) if out.is_floating_point() else out
+
+    monkeypatch.setattr(torch, "empty_like", unwritten)
+    with DeviceGuard():
+        loaded = Policy.load(tmp_path / "model")
+    saved = dict(built.model.named_parameters()) | dict(built.model.named_buffers())
+    found = dict(loaded.model.named_parameters()) | dict(loaded.model.named_buffers())
+    assert found.keys() == saved.keys()
+    for name, tensor in saved.items():
+        assert torch.equal(found[name], tensor), name
 
 
 GUARDED_RUNS = {

@@ -110,11 +110,19 @@ def test_asynchronous_ray_run_matches_the_in_process_lagged_run(cluster, tmp_pat
     assert_weights_close(run.policy.model.state_dict(), local.policy.model.state_dict())
 
 
-def test_an_error_in_a_worker_reaches_the_learner_as_its_message(cluster, tmp_path):
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ("BrokenEnv", "environment 'broken' cannot score this completion"),
+        # a NaN reward is not an error in the worker: the learner's check stops the run on it
+        ("NaNEnv", r"non-finite reward at step 1 \(environment 'broken'\)"),
+    ],
+)
+def test_an_error_in_a_worker_reaches_the_learner_as_its_message(cluster, tmp_path, env, message):
     data = scaleout_data(tmp_path)
-    data["envs"] = [{"name": "broken", "type": "scaleout_helpers:NaNEnv"}]
+    data["envs"] = [{"name": "broken", "type": f"scaleout_helpers:{env}"}]
     trainer = GRPOTrainer(small_config(tmp_path, *RAY, data=data), RunDir(tmp_path / "run"))
-    with pytest.raises(HonedError, match="environment 'broken' returned a non-finite reward"):
+    with pytest.raises(HonedError, match=message):
         trainer.train()
 
 

@@ -386,6 +386,14 @@ class TrainerConfig(Strict):
         description="The reward taken off a completion of `max_completion_length` tokens when "
         "`overlong_buffer` > 0.",
     )
+    on_nonfinite: Literal["stop", "skip_step"] = Field(
+        "stop",
+        description="A NaN or infinite sampling log-prob, reward, log-prob, advantage, loss or "
+        "gradient norm in a step: `stop` ends the run there (exit code 2, one line naming the "
+        "quantity, the step and the environments; nothing of the step is saved), `skip_step` "
+        "drops the step (no optimizer step, the learning-rate schedule advances) and logs it as "
+        "`nonfinite/skipped`. Non-finite weights at start or resume always stop the run.",
+    )
 
     @property
     def clip_high(self) -> float:

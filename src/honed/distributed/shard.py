@@ -19,29 +19,16 @@ from honed.rewards.units import unit_rewards
 from honed.types import Group, Item
 
 
-def check_finite(env: str, group: Group) -> None:
-    """A non-finite reward would poison the normaliser and the advantages: stop with its name."""
-    for t in group.trajectories:
-        if not math.isfinite(t.reward) or any(
-            s.reward is not None and not math.isfinite(s.reward) for s in t.segments
-        ):
-            raise HonedError(
-                f"environment '{env}' returned a non-finite reward ({t.reward}) "
-                f"for item '{group.item_key}'"
-            )
-
-
 def reward_stats(group: Group, settings: TrainerConfig) -> WelfordAccumulator:
-    """The group's shard of reward statistics: its unit rewards, as the trainer normalises them."""
+    """The group's shard of reward statistics: its unit rewards, as the trainer normalises them.
+    Empty for a group with a non-finite reward: the trainer stops or skips the step on it
+    (`honed.rl.nonfinite`) before any statistic would take it in."""
     stats = WelfordAccumulator()
-    stats.update_batch(
-        unit_rewards(
-            group,
-            settings.max_completion_length,
-            settings.overlong_buffer,
-            settings.overlong_penalty,
-        )
+    rewards = unit_rewards(
+        group, settings.max_completion_length, settings.overlong_buffer, settings.overlong_penalty
     )
+    if all(math.isfinite(r) for r in rewards):
+        stats.update_batch(rewards)
     return stats
 
 
@@ -71,7 +58,6 @@ def roll_out(
             )
         for i, group in zip(where, groups, strict=True):
             group.env = name
-            check_finite(name, group)
             out[i] = (group, reward_stats(group, settings))
     return [out[i] for i in range(len(items))]
 

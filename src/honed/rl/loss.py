@@ -227,22 +227,25 @@ class StepStats:
     is_weight: float = 0.0  # their importance weights
     tokens: float = 0.0  # tokens trained on
 
-    def add(self, out: LossOut, mask: torch.Tensor, entropy: torch.Tensor) -> None:
+    def add(self, out: LossOut, mask: torch.Tensor, entropy: torch.Tensor) -> float:
         """Add one micro-batch: its loss's parts, over the tokens of `mask` ([B, C], float)
-        whose entropy is `entropy` ([B, C])."""
+        whose entropy is `entropy` ([B, C]); its loss, as a number (read once from the
+        device)."""
         surr = out.surrogate
         if out.is_weight is not None and out.capped is not None:
             self.off += float(out.off_policy.sum())
             self.capped += float(out.capped.sum())
             self.is_weight += float((out.is_weight * out.off_policy).sum())
         self.tokens += float(mask.sum())
-        self.loss += out.loss.item()
+        loss = out.loss.item()
+        self.loss += loss
         self.low += float((surr.low_clipped.float() * mask).sum())
         self.high += float((surr.high_clipped.float() * mask).sum())
         self.ratio += float((surr.ratio.detach() * mask).sum())
         self.entropy += float((entropy * mask).sum())
         if out.kl is not None:
             self.kl += float((out.kl.detach() * mask).sum())
+        return loss
 
     def as_tensor(self, device: torch.device) -> torch.Tensor:
         """The sums as one float64 tensor, to be summed over processes (`from_tensor`)."""

@@ -26,6 +26,7 @@ from honed.models.scoring import frozen_logprobs
 from honed.rewards.units import group_units, unit_rewards
 from honed.rl.advantages import compute_advantages
 from honed.rl.loss import kl_reward_penalty
+from honed.rl.nonfinite import check_penalties
 from honed.types import Group
 
 # One group's KL reward penalties: per trajectory, per segment, β·Σ k1 over its tokens.
@@ -93,6 +94,11 @@ def reward_penalties(
         ref = frozen_logprobs(reference, batch, settings.temperature)
         penalty = kl_reward_penalty(logp, ref, batch.completion_mask.float(), settings.beta)
         penalty_cpu = penalty.cpu()  # one copy from the device, not one per row
+        check_penalties(
+            penalty_cpu,
+            {"the policy's": logp, "the reference's": ref},
+            [groups[scored[i][0]].env for i in idx],
+        )
         for row, i in enumerate(idx):
             gi, ti, si, _ = scored[i]
             out[gi][ti][si] = float(penalty_cpu[row])

@@ -44,6 +44,7 @@ from honed.models.lora import AdapterFreeReference, is_checkpoint
 from honed.models.policy import Policy
 from honed.rewards import RewardNormalizer
 from honed.rl.evaluate import evaluate
+from honed.rl.nonfinite import NonFinite, check_advantages, check_rollouts, check_weights
 from honed.rl.prepare import Penalties, Prepared, prepare, reward_penalties, zero_spread
 from honed.rl.rollout_log import step_record
 from honed.rl.schedule import apply_optimizer_settings, build_lr_scheduler, build_optimizer
@@ -54,7 +55,9 @@ from honed.runs.lifecycle import (
     Change,
     RunInterrupted,
     RunLifecycle,
+    RunStopped,
     Stop,
+    StopRun,
     changes_environments,
     check_format,
     refuse,
@@ -240,9 +243,14 @@ class GRPOTrainer:
         """The policy (the checkpoint's, or the warm-start) and the KL reference, sharded with
         fsdp; the reference is returned for the update."""
         self.policy = self._load(checkpoint[1]) if checkpoint else self.warm_start()
+        check_weights(
+            self.policy.model, str(checkpoint[1]) if checkpoint else "the starting policy"
+        )
         if self.config.trainer.disable_dropout:
             disable_dropout(self.policy.model)
         reference = self._reference(resumed=checkpoint is not None)
+        if isinstance(reference, torch.nn.Module):
+            check_weights(reference, "the reference model")
         if self.sharded:
             fsdp.shard(self.policy.model, self.device)
             if isinstance(reference, torch.nn.Module):
@@ -414,9 +422,11 @@ class GRPOTrainer:
         return self.pipeline.request(step, round_index, items, seed)
 
     def rollout(self, round_index: int, count: int) -> list[RolledGroup]:
-        """A round of groups. Every group drawn, kept or not, updates its item's curriculum and
-        its environment's reward statistics (merged in item order, so the normaliser's state is
-        the same however the groups were spread over workers)."""
+        """A round of groups. Every group drawn, kept or not, counts towards
+        `trainer.max_rollouts` and (once its sampled log-probs and rewards are found finite)
+        updates its item's curriculum and its environment's reward statistics (merged in item
+        order, so the normaliser's state is the same however the groups were spread over
+        workers)."""
         with fsdp.gathered(self.policy.model):  # each process then generates at its own pace
             if round_index == 0:
                 rolled = self.pipeline.first_round(
@@ -424,6 +434,8 @@ class GRPOTrainer:
                 )
             else:
                 rolled = self.pipeline.now(self.draw(self.step, round_index, count))
+        self.rollouts_generated += len(rolled) * self.config.trainer.num_generations
+        check_rollouts([r.group for r in rolled])  # before any statistic takes them in
         self.sampler.observe([r.group for r in rolled])
         for r in rolled:
             self.normalizers[r.group.env].observe(r.reward_stats)
@@ -481,12 +493,34 @@ class GRPOTrainer:
         return [i for i, zero in enumerate(spread) if not zero]
 
     def train_step(self) -> dict[str, float]:
+        """One step; a non-finite value found on the way stops the run there or drops the step
+        (`trainer.on_nonfinite`, `honed.rl.nonfinite`)."""
+        try:
+            return self._train_step()
+        except NonFinite as found:
+            return self._nonfinite(found)
+
+    def _nonfinite(self, found: NonFinite) -> dict[str, float]:
+        """Stop the run at a step with a non-finite value (`StopRun`: nothing of the step is
+        saved), or skip the step: no optimizer step, the schedule advances, the step counts."""
+        step = self.step + 1
+        message = found.message(step)
+        if self.config.trainer.on_nonfinite == "stop":
+            hint = "trainer.on_nonfinite: skip_step would skip such steps"
+            raise StopRun(Stop("nonfinite", f"{message} ({hint})", error=True))
+        self.reporter.note(f"step {step} skipped: {message}")
+        metrics = self.update.skip()
+        self.step = step
+        self.rollouts.sync_weights(self.policy, self.step)
+        metrics["sampling/rollouts_total"] = float(self.rollouts_generated)
+        metrics["nonfinite/skipped"] = 1.0
+        metrics[f"nonfinite/{found.quantity}"] = 1.0
+        return metrics
+
+    def _train_step(self) -> dict[str, float]:
         started = time.perf_counter()
         reset_peak_memory(self.policy.device)
         rolled, penalties, metrics = self.collect()
-        self.rollouts_generated += (
-            int(metrics["sampling/groups_drawn"]) * self.config.trainer.num_generations
-        )
         metrics["sampling/rollouts_total"] = float(self.rollouts_generated)
         rollout_time = time.perf_counter() - started
         groups = [r.group for r in rolled]
@@ -494,12 +528,16 @@ class GRPOTrainer:
         staleness = [self.step - r.version for r in rolled]
         off_policy = [lag > 0 or not r.exact for r, lag in zip(rolled, staleness, strict=True)]
         prepared = prepare(groups, self.config.trainer, self.normalize, off_policy, penalties)
+        check_advantages(groups, prepared.advantages)
         metrics.update(prepared.metrics)
         update_started = time.perf_counter()
         if prepared.sequences:
             mine = self.learners.shard(len(groups))  # whole groups per learner process
             owned = [s.group in mine for s in prepared.sequences]
-            metrics.update(self.update.step(prepared.sequences, owned))
+            try:
+                metrics.update(self.update.step(prepared.sequences, owned))
+            except NonFinite as found:
+                raise found.among(groups) from None
         else:
             metrics.update(self.update.skip())
         if self.config.trainer.kl_in_reward:
@@ -623,7 +661,10 @@ class GRPOTrainer:
     def _train(self) -> dict[str, Any]:
         self._initial_evaluations()
         self.final_eval = self._logged_eval()
-        self.life.steps(self, "GRPO", self.config.trainer.max_steps)
+        halt = self.life.steps(self, "GRPO", self.config.trainer.max_steps)
+        if halt is not None:  # a non-finite value: its step is not saved, the last one stays
+            self.life.close_sinks()
+            raise RunStopped(halt, self.saved_step, self.saved())
         if self.saved_step != self.step:
             self.save_checkpoint()
         final_eval = self.final_eval
@@ -687,6 +728,8 @@ class GRPOTrainer:
         return latest[1] if latest else None
 
     def describe(self, record: dict[str, Any]) -> str:
+        if "nonfinite/skipped" in record:
+            return "step skipped: a non-finite value"
         return f"reward {record['reward/mean']:.3f}  zero-std {record['frac_reward_zero_std']:.2f}"
 
     def _logged_eval(self) -> dict[str, float] | None:
@@ -733,6 +776,8 @@ class GRPOTrainer:
             "eval_split": self.config.eval.split,
             "seconds": round(seconds, 1),
             "checkpoint": str(latest[1]) if latest else None,
+            # steps dropped for a non-finite value (`trainer.on_nonfinite: skip_step`)
+            "nonfinite_skipped": int(sum(r.get("nonfinite/skipped", 0.0) for r in rows)),
             # how the last session trained: learner processes, and whether their weights,
             # gradients and optimizer state were sharded (fsdp over two or more)
             "learner_processes": self.world_size,

@@ -35,6 +35,7 @@ from honed.models.lora import AdapterFreeReference
 from honed.models.policy import Policy
 from honed.models.scoring import frozen_logprobs, score
 from honed.rl.loss import StepStats, grpo_loss, token_weights
+from honed.rl.nonfinite import NonFinite, check_update, explain_loss
 from honed.rl.prepare import TrainSequence
 
 
@@ -75,6 +76,8 @@ class PolicyUpdate:
         self.reference = reference
         self.learners = learners or LearnerGroup()
         self.sharded = sharded
+        # what made this process's loss non-finite in the optimizer step under way, if anything
+        self._found: NonFinite | None = None
 
     @property
     def kl_in_loss(self) -> bool:
@@ -123,7 +126,8 @@ class PolicyUpdate:
         return stats
 
     def skip(self) -> dict[str, float]:
-        """A step with nothing to learn (every group filtered): the schedule still advances.
+        """A step with nothing to learn (every group filtered), or dropped for a non-finite
+        value (`honed.rl.nonfinite`; its gradients are cleared): the schedule still advances.
 
         The optimizer step is a no-op (no parameter has a gradient) and keeps torch's scheduler
         from warning that it was stepped first.
@@ -163,6 +167,7 @@ class PolicyUpdate:
         model = self.policy.model
         model.train()
         self.optimizer.zero_grad(set_to_none=True)
+        self._found = None
         stats = StepStats()
         for mb, (chunk, weights) in enumerate(batches):
             self._backward(mb, chunk, weights, cache, stats)
@@ -172,8 +177,10 @@ class PolicyUpdate:
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         if isinstance(grad_norm, DTensor):  # sharded gradients: the norm of the whole
             grad_norm = grad_norm.full_tensor()
+        norm = float(grad_norm)
+        check_update(stats.loss, norm, self._found)  # the step is applied only if finite
         self.optimizer.step()
-        return stats.metrics(float(grad_norm))
+        return stats.metrics(norm)
 
     def _sum_over_processes(self, model: torch.nn.Module, stats: StepStats) -> StepStats:
         """The statistics, and every trainable parameter's gradient, summed over the learner
@@ -226,4 +233,9 @@ class PolicyUpdate:
             importance_sampling_cap=settings.importance_sampling_cap,
         )
         out.loss.backward()
-        stats.add(out, mask, scores.entropy)
+        loss = stats.add(out, mask, scores.entropy)
+        self._found = self._found or explain_loss(
+            loss,
+            {"the policy's": logp, "π_old's": state.old, "the reference's": state.ref},
+            [s.group for s in chunk],
+        )
