@@ -90,6 +90,7 @@ def test_the_builtin_names():
         "qa",
         "memory",
         "tools",
+        "reasoning_gym",
     }
 
 
