@@ -3,7 +3,8 @@
 For every environment of the config, on the first `eval.num_items` items of the eval split:
 greedy accuracy, and with `--samples` completions per item at `--temperature`, the accuracy and
 the share of groups whose rewards differ (a group where every completion scores the same gives
-GRPO nothing; in training the environment logs it per task, `reward/<env>/<task>/groups_with_spread`). Each reply is scored
+GRPO nothing; in training the environment logs it per task, `reward/<env>/<task>/groups_with_spread`),
+and the share whose success differs (the same without the partial credit some tasks give). Each reply is scored
 as the config reads it and again under every `--also` answer format (the same replies: only the
 extraction changes), which shows how much the format alone decides.
 
@@ -18,6 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
+
+import torch
 
 from honed.config import load_config
 from honed.envs.reasoning_gym import ReasoningGymEnv
@@ -52,6 +55,8 @@ def main() -> None:
     args = parser.parse_args()
 
     config = load_config(args.config, args.override)
+    if config.torch_threads:
+        torch.set_num_threads(config.torch_threads)
     envs = build_envs(config)
     policy = Policy.from_config(config.policy, config.seed)
     policy.model.eval()
@@ -86,9 +91,15 @@ def main() -> None:
                 trajectories = [t for g in groups for t in g.trajectories]
                 row[f"{mode}/accuracy"] = sum(t.success for t in trajectories) / len(trajectories)
                 row[f"{mode}/reward"] = sum(t.reward for t in trajectories) / len(trajectories)
+                row[f"{mode}/truncated"] = sum(t.truncated for t in trajectories) / len(
+                    trajectories
+                )
                 if mode == "sampled":
                     spread = [len(set(g.rewards())) > 1 for g in groups]
                     row["sampled/groups_with_spread"] = sum(spread) / len(spread)
+                    # spread in success alone: without the partial credit some tasks give
+                    solved = [len({t.success for t in g.trajectories}) > 1 for g in groups]
+                    row["sampled/groups_with_success_spread"] = sum(solved) / len(solved)
             row["seconds"] = round(seconds, 1)
             rows.append(row)
             print(json.dumps(row), flush=True)

@@ -123,6 +123,16 @@ def test_held_out_questions_never_reach_train_even_when_the_generator_repeats(ca
     assert "the train split has" in caplog.text and "of the 400 asked" in caplog.text
 
 
+def test_splits_come_from_seeds_of_their_own(caplog):
+    """Where questions are many, each split's generator gives questions of its own: none has
+    to be dropped (reasoning-gym seeds item i with seed + i, so near seeds would overlap)."""
+    with caplog.at_level(logging.WARNING, logger="honed.envs.reasoning_gym"):
+        many = {"name": "chain_sum", "config": {"min_terms": 3, "min_digits": 2, "max_digits": 3}}
+        env = make(tasks=[many], size=300, validation_size=100, test_size=100)
+        assert len(env.items("train")) == 300
+    assert "dropped" not in caplog.text
+
+
 def test_a_split_is_built_without_the_ones_after_it():
     """`honed eval --split test` generates only the test split."""
     env = make(size=10_000_000)  # train would take minutes: it must not be generated
@@ -235,8 +245,9 @@ def test_the_reference_scores_one_in_every_format(answer_format):
 
 
 class Replies:
-    """A generator that answers chain_sum right on every other completion and every other task
-    wrongly, so each task's metrics are known."""
+    """A generator whose every other completion answers chain_sum right and gcd with a number
+    that holds the answer (`40` for 4: half credit from gcd's scorer, no success); the rest,
+    and every leg_counting reply, answer nothing. Each task's metrics are then known."""
 
     def __init__(self, env: ReasoningGymEnv) -> None:
         self.gold = {env.prompt(i): i.data["entry"]["answer"] for i in env.items("test")}
@@ -245,11 +256,13 @@ class Replies:
     def encode(self, prompt):
         return [0]
 
+    def reply(self, prompt, k: int) -> str:
+        if k % 2 or self.task[prompt] == "leg_counting":
+            return "It is x."
+        return f"It is {self.gold[prompt]}{'0' if self.task[prompt] == 'gcd' else ''}."
+
     def generate(self, prompts, seeds):
-        texts = [
-            f"It is {self.gold[p]}." if self.task[p] == "chain_sum" and k % 2 == 0 else "It is x."
-            for k, p in enumerate(prompts)
-        ]
+        texts = [self.reply(p, k) for k, p in enumerate(prompts)]
         return [Sample([0], [1], [0.0], text, False) for text in texts]
 
 
@@ -259,12 +272,22 @@ def test_step_metrics_per_task():
     metrics = env.step_metrics(groups)
     assert metrics["success/rg/chain_sum/mean"] == 0.5
     assert metrics["reward/rg/chain_sum/groups_with_spread"] == 1.0
-    assert metrics["success/rg/gcd/mean"] == metrics["reward/rg/leg_counting/mean"] == 0.0
-    assert metrics["reward/rg/gcd/groups_with_spread"] == 0.0
+    assert metrics["success/rg/gcd/mean"] == 0.0
+    # spread in reward, the signal GRPO learns from, partial credit included
+    assert metrics["reward/rg/gcd/groups_with_spread"] == 1.0
+    gcd = [g for g in groups if ":gcd:" in g.item_key]
+    assert metrics["reward/rg/gcd/mean"] == _mean_reward(gcd) > 0
+    assert metrics["reward/rg/leg_counting/mean"] == 0.0
+    assert metrics["reward/rg/leg_counting/groups_with_spread"] == 0.0
     assert metrics["reward/rg/score_errors"] == 0.0
     # one completion per item (evaluation): no spread to speak of
     single = env.step_metrics(env.rollout(env.items("test"), Replies(env), 1, seed=0))
     assert not any(k.endswith("groups_with_spread") for k in single)
+
+
+def _mean_reward(groups: list[Group]) -> float:
+    rewards = [t.reward for g in groups for t in g.trajectories]
+    return sum(rewards) / len(rewards)
 
 
 def test_a_scorer_that_raises_scores_zero_and_is_counted(caplog):
@@ -280,11 +303,12 @@ def test_a_scorer_that_raises_scores_zero_and_is_counted(caplog):
     assert env.step_metrics([group])["reward/rg/score_errors"] == 2.0
 
 
-def test_a_scorer_returning_no_score_stops_the_run(monkeypatch):
+@pytest.mark.parametrize("value", [float("nan"), 1.5, -0.5, None, "1"])
+def test_a_scorer_returning_no_score_stops_the_run(monkeypatch, value):
     env = make()
     item = env.items("test")[0]
-    monkeypatch.setattr(type(env._datasets["train"]), "score_answer", lambda *a: float("nan"))
-    with pytest.raises(HonedError, match=r"scorer returned nan .* numbers in \[0, 1\]"):
+    monkeypatch.setattr(type(env._datasets["train"]), "score_answer", lambda *a: value)
+    with pytest.raises(HonedError, match=r"scorer returned .* numbers in \[0, 1\]"):
         env.score_batch([item], ["1"])
 
 
