@@ -102,8 +102,10 @@ class ReasoningGymEnv(SingleTurnEnv):
     default) or just a name. `size` is the train split's size, `validation_size` and
     `test_size` the held-out ones'. `system_prompt` is one of reasoning-gym's system prompts by
     name (`default`, `direct`, `simple`, `DeepSeekZero`, `chain_of_draft`), a text of your own,
-    or null for none. `data_seed` fixes the items whatever the run's seed (by default they
-    follow it, as every environment's do).
+    or null for none. The defaults, the `default` system prompt with `tags`, are how
+    reasoning-gym prompts its tasks; a small chat model that answers in a sentence does better
+    read by `last_number` (see the README). `data_seed` fixes the items whatever the run's seed
+    (by default they follow it, as every environment's do).
     """
 
     def __init__(
