@@ -90,6 +90,7 @@ def test_the_builtin_names():
         "qa",
         "memory",
         "tools",
+        "reasoning_gym",
     }
 
 
@@ -98,7 +99,7 @@ def test_unknown_environment_suggests_and_lists():
         build_env("additon", "x", seed=0, args={})
     assert str(info.value) == (
         "unknown environment 'additon' (did you mean 'addition'?); available: "
-        "addition, arithmetic, countdown, dataset, memory, qa, reverse, sort, tools "
+        "addition, arithmetic, countdown, dataset, memory, qa, reasoning_gym, reverse, sort, tools "
         "(or a class as 'module:Class')"
     )
 

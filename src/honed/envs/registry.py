@@ -30,6 +30,7 @@ ENVIRONMENTS: dict[str, str | type] = {
     "qa": "honed.envs.qa:QAEnv",
     "memory": "honed.envs.memory:MemoryEnv",
     "tools": "honed.envs.tools:ToolEnv",
+    "reasoning_gym": "honed.envs.reasoning_gym:ReasoningGymEnv",
 }
 
 # Given to every constructor by `build_env` itself, never through `args`.
