@@ -99,6 +99,15 @@ class TrainConfig(Strict):
     show_reasoning: bool = False
     # stop after this many steps in a row without an accepted candidate (None: never)
     patience: int | None = Field(None, ge=1)
+    max_stored_reply_chars: int = Field(
+        100_000,
+        ge=1_000,
+        description=(
+            "every reply (and reasoning) a server sends is cut to this many characters as it "
+            "arrives, head and tail around a marker: what is scored, cached, journaled and "
+            "written to rollouts.json, so one runaway reply cannot fill the run directory"
+        ),
+    )
 
 
 class EditBudgetConfig(Strict):
@@ -192,14 +201,24 @@ class ReflectorConfig(ChatModelConfig):
 
 
 class BudgetConfig(Strict):
-    """Caps on what a run spends, over both models and every stage, resumed runs included
-    (`None`: no cap). When one is reached the run stops after the step under way, its state
-    saved; `--resume` with a larger budget continues. `max_usd` needs a `price` for both models.
-    `max_requests` counts completions received (retried attempts that got none are free)."""
+    """Caps on what a run spends, over both models and every stage, the held-out evaluation and
+    resumed runs included (`None`: no cap). Each request is checked before it is sent: when its
+    worst case (its prompt tokens and `max_tokens`, priced) does not fit what is left, it is not
+    sent, the step stops there (recorded, unsaved; `--resume` with a larger budget redoes it from
+    the journal) and the summary says which cap stopped the run (`honed.models.budget`).
+    `max_usd` needs a `price` for both models. `max_requests` counts completions received
+    (retried attempts that got none are free) and requests a crash lost."""
 
     max_tokens: int | None = Field(None, ge=1)
     max_requests: int | None = Field(None, ge=1)
     max_usd: float | None = Field(None, gt=0)
+    require_usage: bool = Field(
+        False,
+        description=(
+            "with max_tokens or max_usd set, stop the run (exit code 2) at the first reply "
+            "whose server sends no usage, instead of metering its tokens by honed's estimate"
+        ),
+    )
 
 
 # Keys renamed since earlier honed versions (old -> new); the old ones still load, with a warning.

@@ -19,30 +19,11 @@ longer: the estimate is the first step's, repeated.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 
+from honed.models.budget import CAPS
 from honed.models.chat import Price
-from honed.skills.config import BudgetConfig, SkillsConfig
-
-# (budget key, usage counter, unit as shown)
-_CAPS = (
-    ("max_tokens", "total_tokens", "tokens"),
-    ("max_requests", "requests", "requests"),
-    ("max_usd", "usd", "USD"),
-)
-
-
-def budget_spent(budget: BudgetConfig, totals: Mapping[str, float]) -> str | None:
-    """The first cap of `budget` that the usage `totals` (`UsageMeter.totals`) reached, said in
-    a sentence, or None while there is budget left."""
-    for key, counter, unit in _CAPS:
-        cap = getattr(budget, key)
-        spent = totals.get(counter, 0)
-        if cap is not None and spent >= cap:
-            shown = f"{spent:.4f} of {cap:g}" if unit == "USD" else f"{spent:,.0f} of {cap:,}"
-            return f"budget.{key} reached: {shown} {unit} spent"
-    return None
+from honed.skills.config import SkillsConfig
 
 
 @dataclass
@@ -203,7 +184,7 @@ def estimate_report(
         if model.price is None:
             notes.append(f"no {config.key(role + '.price')}: no cost for the {role}'s calls")
     totals = {"requests": calls, "total_tokens": total_prompt + total_completion, "usd": total_usd}
-    for key, counter, unit in _CAPS:
+    for key, counter, unit in CAPS:
         cap = getattr(config.budget, key)
         if cap is None:
             continue
