@@ -64,10 +64,12 @@ from honed.runs.lifecycle import (
 from honed.runs.progress import Reporter
 from honed.runs.sinks import Sinks
 from honed.sampling.sampler import Sampler
+from honed.skills.agent import is_tool_env
 from honed.skills.config import SkillsConfig
 from honed.skills.consolidate import EXAMPLES_PER_OUTCOME, OUTCOMES, consolidation_prompt, propose
 from honed.skills.cost import (
     FirstStep,
+    Shape,
     StageEstimate,
     estimate_stages,
     most_minibatches,
@@ -120,6 +122,16 @@ SKIPPED_STEPS_TO_STOP = 3
 TRUNCATED_SHARE_TO_WARN = 0.1
 # What a dry run assumes a proposed edit is, for the merge and rank prompts: a sentence or two.
 ASSUMED_EDIT = "- " + "When the task says so, answer in the form it asks for. " * 3
+
+
+def _largest_skill(initial: SkillDocument, max_chars: int) -> SkillDocument:
+    """`initial` grown to `max_chars` characters of plain words: the largest skill a run can
+    send, for the dry run's bound on prompt tokens."""
+    room = max_chars - len(initial.text) - 1
+    if room <= 0:
+        return initial
+    filler = ("- Follow the rule. " * (room // 19 + 1))[:room]
+    return SkillDocument(f"{initial.text}\n{filler}")
 
 
 def build_skill_envs(config: SkillsConfig) -> dict[str, SingleTurnEnv]:
@@ -407,28 +419,57 @@ class SkillTrainer:
     # ------------------------------------------------------------------ cost
 
     def estimate(self) -> list[StageEstimate]:
-        """At most how many calls each stage of the run makes, and about how many tokens, from
-        the real prompts of its first step (`honed skills train --dry-run`; see
-        `honed.skills.cost`). Asks no model and writes nothing."""
+        """Each stage's calls and tokens over the run, expected and at most, from the real
+        prompts of its first step (`honed skills train --dry-run`; see `honed.skills.cost`).
+        Asks no model and writes nothing."""
+        config = self.config
+        try:
+            initial = SkillDocument(config.skill.initial_text())
+        except SkillFormatError as exc:
+            raise HonedError(f"skill.init: {exc}") from None
         train_items = sum(len(env.items("train")) for env in self.envs.values())
-        consolidation_items = min(self.config.consolidation.num_items, train_items)
-        return estimate_stages(
-            self.config,
-            self.first_step(),
-            self.total_steps,
-            self.steps_per_epoch,
-            consolidation_items,
-        )
+        ev = config.eval
+        eval_items = evaluation_items(self.envs, ev.split, ev.num_items)
 
-    def first_step(self) -> FirstStep:
-        """The estimated prompt tokens of the first step's calls, with the initial skill: the
+        def turns(item: Item) -> int:
+            env = self.envs[item.env]
+            return int(getattr(env, "max_turns", 1)) if is_tool_env(env) else 1
+
+        shape = Shape(
+            total_steps=self.total_steps,
+            steps_per_epoch=self.steps_per_epoch,
+            consolidation_items=min(config.consolidation.num_items, train_items),
+            turns_per_item=max(
+                (turns(i) for env in self.envs.values() for i in env.items("train")), default=1
+            ),
+            gate_requests=sum(turns(i) for i in self.gate_items),
+            eval_requests=sum(turns(i) for i in eval_items),
+        )
+        usual = self.first_step(initial, StepBuffer())
+        worst = self.first_step(
+            _largest_skill(initial, config.skill.max_chars), self._full_buffer()
+        )
+        return estimate_stages(config, usual, worst, shape)
+
+    def _full_buffer(self) -> StepBuffer:
+        """The step buffer as full as an epoch can make it before its last step: every earlier
+        step's pattern from each minibatch, and its candidate's edits rejected."""
+        train = self.config.train
+        buffer = StepBuffer()
+        batches = most_minibatches(train.batch_size, train.minibatch_size, train.failure_only)
+        edits = [Edit("append", "", ASSUMED_EDIT)] * self.edit_budget.max_lr
+        for step in range(1, min(self.steps_per_epoch, self.total_steps)):
+            buffer.patterns += [
+                {"step": step, "source": FAILURE, "summary": ASSUMED_EDIT}
+            ] * batches
+            buffer.add_rejected(step, edits, 0.0, 0.0, "")
+        return buffer
+
+    def first_step(self, skill: SkillDocument, buffer: StepBuffer) -> FirstStep:
+        """The estimated prompt tokens of the first step's calls with `skill` and `buffer`: the
         target's real requests, and the reflector's prompts built from the step's real items
         with replies as long as the reflector may be shown."""
         config = self.config
-        try:
-            skill = SkillDocument(config.skill.initial_text())
-        except SkillFormatError as exc:
-            raise HonedError(f"skill.init: {exc}") from None
         runner = TargetRunner(self.target, self.envs, config.skill.preamble)
         sampler = Sampler.from_config(self.envs, config.envs, config.curriculum, config.seed)
         items = sampler.next_items(config.train.batch_size, 0, self.total_steps)
@@ -450,7 +491,7 @@ class SkillTrainer:
         ]
         batch = Minibatch(FAILURE, answers[: config.train.minibatch_size])
         budget = self.edit_budget.max_lr
-        prompt, _ = fitted_prompt(self.reflector, skill, batch, StepBuffer(), budget, self.evidence)
+        prompt, _ = fitted_prompt(self.reflector, skill, batch, buffer, budget, self.evidence)
         # no prompt: not even one attempt fits under max_prompt_tokens (every reflection fails)
         reflect_tokens = self.reflector.estimate_tokens(prompt) if prompt else 0
         train = config.train
