@@ -458,6 +458,18 @@ class _Pauses:
 _PAUSES = _Pauses()
 
 
+_unmetered_lock = threading.Lock()
+_unmetered: set[str] = set()
+
+
+def _first_unmetered(origin: str) -> bool:
+    """Whether `origin` is first found sending no usage now (the log says so once a server)."""
+    with _unmetered_lock:
+        first = origin not in _unmetered
+        _unmetered.add(origin)
+        return first
+
+
 class _Unusable(Exception):
     """A 200 whose reply cannot be used (no chat completion, no text): retried like a 5xx.
     `kind` is what giving up on it is called (`ChatFailure.kind`)."""
@@ -517,7 +529,6 @@ class ChatClient:
         self._aborted = threading.Event()
         self._lock = threading.Lock()
         self._in_flight: set[concurrent.futures.Future[Any]] = set()
-        self._warned_unmetered = False
 
     def abort(self) -> None:
         """Cut every request in flight and send no other: what is waiting for a slot, a pause
@@ -814,8 +825,7 @@ class ChatClient:
             completion = estimate_text_tokens(answer + reasoning + calls)
             total = prompt + completion
             counts["estimated"] = 1
-            if not self._warned_unmetered:
-                self._warned_unmetered = True
+            if _first_unmetered(self._origin):
                 log.warning(
                     "the server at %s sends no usage with its replies: its tokens are counted "
                     "by honed's estimate (%g bytes per token)",

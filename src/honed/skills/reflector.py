@@ -30,18 +30,20 @@ log = logging.getLogger(__name__)
 
 
 def _edits(values: list[Any]) -> str | None:
-    """Edits (reflect, merge) from tool calls' arguments: every call's edit list, one reply;
-    the first call's `summary`."""
+    """Edits (reflect, merge) from tool calls' arguments: every call's edit list and the first
+    `summary`, as one reply; None when no call holds either (a call to some other tool)."""
     edits: list[Any] = []
     summary = None
+    found = False
     for value in values:
-        found = edit_list(value)
-        if found is None:
-            continue
-        edits += found
+        listed = edit_list(value)
+        if listed is not None:
+            edits += listed
+            found = True
         if summary is None and isinstance(value, dict):
             summary = value.get("summary") or value.get("failure_summary")
-    if not edits:
+            found = found or summary is not None
+    if not found:
         return None
     return json.dumps({"summary": summary or "", "edits": edits}, ensure_ascii=False)
 

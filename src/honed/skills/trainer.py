@@ -378,6 +378,8 @@ class SkillTrainer:
             with self.reporter.status("scoring the initial skill on the selection split"):
                 scores, rollouts = self.score(initial, "gate")
         except BudgetStop as exc:
+            if exc.error:
+                raise HonedError(exc.reason) from None
             raise HonedError(
                 f"{exc.reason}, before the initial skill was scored: raise the budget (what was "
                 "received is journaled and not paid again)"

@@ -1,0 +1,428 @@
+"""The skill loop's promises to a paying user (issue 36): budgets that hold before each request,
+dry-run bounds that bound, nothing paid twice after a crash, interrupts that stop, secrets that
+never reach a file, tool calls where text was expected, merges that do not turn their sources
+around, failing runs that say so, replies that cannot fill a disk. Every test talks HTTP to the
+local servers of `openai_server.py` / `fault_server.py`; `skill_world.py` plays the models."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from fault_server import Faults
+from openai_server import FakeOpenAIServer, FakeRequest, Reply, completion
+from skill_world import KINDS, World, rule, write_config
+from test_skill_faults import SHORT, first_line, read, reflecting, serve, totals, train
+
+import honed
+from honed.cli import main
+from honed.models.chat import estimate_tokens
+
+PRICED = {
+    "target": {"model": "target", "max_tokens": 16, "price": {"input": 1, "output": 2}},
+    "reflector": {"model": "reflector", "max_tokens": 400, "price": {"input": 5, "output": 10}},
+}
+SRC = Path(honed.__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _direct_to_localhost(monkeypatch):
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+
+
+def spent(summary: dict) -> dict[str, float]:
+    """What the run spent, as the budget counts it."""
+    return {
+        "max_requests": totals(summary, "requests") + totals(summary, "lost"),
+        "max_tokens": totals(summary, "total_tokens"),
+        "max_usd": totals(summary, "usd"),
+    }
+
+
+def worst_request(server: FakeOpenAIServer) -> dict[str, float]:
+    """The largest worst case of one request the server saw, as honed reserves it: one request,
+    its estimated prompt and its max_tokens, priced."""
+    tokens, usd = 0.0, 0.0
+    for req in server.chat_requests:
+        price = PRICED[req.body["model"]]["price"]
+        prompt, cap = estimate_tokens(req.messages), req.body.get("max_tokens", 0)
+        tokens = max(tokens, prompt + cap)
+        usd = max(usd, (prompt * price["input"] + cap * price["output"]) / 1e6)
+    return {"max_requests": 1, "max_tokens": tokens, "max_usd": usd}
+
+
+# ---------------------------------------------------------------- 1: budgets are hard limits
+
+
+@pytest.mark.parametrize(
+    ("kind", "cap"), [("max_requests", 60), ("max_tokens", 6000), ("max_usd", 0.02)]
+)
+def test_each_budget_holds_before_the_request_that_would_pass_it(tmp_path, kind, cap):
+    """The cap is checked before every request against its worst case: the run stops inside
+    the step (recorded as stopped, not saved), the summary names the cap, and the spend (as the
+    server counted it) passes the cap by at most one request's worst case; here, by nothing.
+    Resuming with the same cap does nothing; with a larger one, the run goes on."""
+    with serve(World()) as server:
+        config = write_config(
+            tmp_path, server.base_url, train={"max_steps": 4}, budget={kind: cap}, **PRICED, **SHORT
+        )
+        run = tmp_path / "run"
+        assert train(config, run) == 0
+        summary = read(run / "summary.json")
+        used = spent(summary)
+        worst = worst_request(server)
+        assert summary["stopped"]["kind"] == "budget"
+        assert summary["stopped"]["reason"].startswith(f"budget.{kind} reached")
+        assert used[kind] - cap <= worst[kind]  # the promise
+        assert used[kind] <= cap  # what this server shows: no overshoot at all
+        assert totals(summary, "requests") == len(server.chat_requests)  # what the server saw
+        assert summary["eval"] == {} and summary["steps"] < 4
+        cut = run / "steps" / f"step_{summary['steps'] + 1:04d}" / "step.json"
+        record = read(cut)
+        assert record["outcome"] == "stopped" and record["reason"] == summary["stopped"]["reason"]
+        assert read(run / "state.json")["step"] == summary["steps"]
+        files = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+        asked = len(server.chat_requests)
+        assert train(config, run, "--resume") == 0
+        assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == files
+        assert len(server.chat_requests) == asked
+        assert train(config, run, "--resume", "-o", f"budget.{kind}=100000") == 0
+    resumed = read(run / "summary.json")
+    assert resumed["stopped"] is None and resumed["steps"] == 4 and resumed["eval"]
+
+
+def test_the_final_evaluation_counts_against_the_budget(tmp_path):
+    """A cap the steps fit under but the held-out evaluation does not: the evaluation is cut
+    where the cap is, skipped in the summary with the reason, and the run ends within it."""
+    with serve(World()) as server:
+        (tmp_path / "free").mkdir()
+        free = write_config(tmp_path / "free", server.base_url, train={"max_steps": 1}, **SHORT)
+        assert train(free, tmp_path / "free" / "run") == 0
+        free_summary = read(tmp_path / "free" / "run" / "summary.json")
+        before_eval = totals(free_summary, "requests") - free_summary["tokens"]["eval"]["requests"]
+        cap = before_eval + free_summary["tokens"]["eval"]["requests"] // 2
+        config = write_config(
+            tmp_path, server.base_url, train={"max_steps": 1}, budget={"max_requests": cap}, **SHORT
+        )
+        assert train(config, tmp_path / "run") == 0
+    summary = read(tmp_path / "run" / "summary.json")
+    assert summary["steps"] == 1 and summary["eval"] == {}
+    assert summary["stopped"]["kind"] == "budget"
+    assert "budget.max_requests" in summary["eval_skipped"]
+    assert 0 < summary["tokens"]["eval"]["requests"] and totals(summary, "requests") <= cap
+
+
+def without_usage(handler):
+    """`handler` on a server that sends no `usage` with its completions."""
+
+    def serve_it(req: FakeRequest):
+        out = handler(req)
+        if isinstance(out, str):
+            out = completion(out)
+        if isinstance(out, dict):
+            out = {k: v for k, v in out.items() if k != "usage"}
+        return out
+
+    return serve_it
+
+
+def test_a_server_without_usage_is_metered_by_the_estimate_said_once(tmp_path, caplog):
+    """No `usage` in the replies: tokens and USD are counted by honed's estimate (one line in
+    the log says so), so budget.max_tokens still stops the run."""
+    with serve(without_usage(World())) as server:
+        config = write_config(
+            tmp_path,
+            server.base_url,
+            train={"max_steps": 4},
+            budget={"max_tokens": 5000},
+            **PRICED,
+            **SHORT,
+        )
+        with caplog.at_level(logging.WARNING):
+            assert train(config, tmp_path / "run") == 0
+        worst = worst_request(server)
+    said = [r for r in caplog.records if "sends no usage with its replies" in r.getMessage()]
+    assert len(said) == 1
+    summary = read(tmp_path / "run" / "summary.json")
+    assert (
+        summary["stopped"]["kind"] == "budget"
+        and "budget.max_tokens" in summary["stopped"]["reason"]
+    )
+    assert totals(summary, "estimated") == totals(summary, "requests") > 0
+    assert totals(summary, "usd") > 0
+    assert spent(summary)["max_tokens"] - 5000 <= worst["max_tokens"]
+
+
+def test_require_usage_refuses_a_server_without_usage(tmp_path, capsys):
+    with serve(without_usage(World())) as server:
+        config = write_config(
+            tmp_path,
+            server.base_url,
+            train={"max_steps": 2},
+            budget={"max_tokens": 100_000, "require_usage": True},
+            **SHORT,
+        )
+        assert train(config, tmp_path / "run") == 2
+    err = capsys.readouterr().err
+    assert "sends no usage with its replies, and budget.require_usage is true" in err
+
+
+# ---------------------------------------------------------------- 5: secrets
+
+
+SECRET = "sk-test-echo-5f3a9c1e77"
+
+
+class Echoing(World):
+    """A server (and proxy) that echoes the request's key everywhere it can: in a 401 body that
+    quotes the Authorization header (every failure reflection after the first step), in reply
+    text, in headers, in a 429 body, in a proxy's HTML page, in a reflection and an edit."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reflections = 0
+
+    def __call__(self, req: FakeRequest):
+        header = req.headers.get("authorization", "")
+        echo = {"X-Echo-Authorization": header, "X-Request-Key": SECRET}
+        if req.body["model"] == "target":
+            question = req.last_user_text
+            if "[beta]" in question and "item 11" in question:
+                return (
+                    Reply(
+                        429,
+                        {"error": {"message": f"slow down, {header}"}},
+                        headers={"Retry-After": "0", **echo},
+                    )
+                    if self.count("beta11") == 1
+                    else self.target(req)
+                )
+            if "[gamma]" in question and "item 12" in question and self.count("gamma12") == 1:
+                page = f"<html>502 upstream said: Authorization: {header}</html>".encode()
+                return Reply(200, raw=page, content_type="text/html", headers=echo)
+            answer = self.target(req)
+            return Reply(200, completion(f"{answer}\n(seen key {SECRET})"), headers=echo)
+        if req.body["model"] == "reflector" and "reflect on" in first_line(req):
+            self.reflections += 1
+            if self.reflections > 1 or "reflect on successes" in first_line(req):
+                message = f"Incorrect API key provided in header Authorization: {header}"
+                return Reply(401, {"error": {"message": message}}, headers=echo)
+            data = json.loads(self.reflect_failures(req.last_user_text))
+            data["summary"] += f" (the key is {SECRET})"
+            data["edits"].append({"op": "append", "content": f"- Send Authorization: {header}"})
+            return Reply(200, completion(json.dumps(data)), headers=echo)
+        return super().__call__(req)
+
+
+def test_a_key_echoed_by_the_server_reaches_no_run_file_and_no_output(
+    tmp_path, monkeypatch, capsys, caplog
+):
+    """Issue 36, 5: every string from the server or an exception is redacted before it is
+    logged, written or read: the key is in no file of the run and nowhere on the terminal,
+    though the server put it in error bodies, replies, headers and edits."""
+    monkeypatch.setenv("HONED_TEST_KEY", SECRET)
+    world = Echoing()
+    keyed = {"api_key_env": "HONED_TEST_KEY"}
+    with caplog.at_level(logging.INFO):
+        with FakeOpenAIServer(world, models=("target", "reflector"), api_key=SECRET) as server:
+            config = write_config(
+                tmp_path,
+                server.base_url,
+                train={"max_steps": 4, "minibatch_size": 4},
+                target={"model": "target", **keyed},
+                reflector={"model": "reflector", **keyed},
+                **SHORT,
+            )
+            code = main(["skills", "train", str(config), "--run-dir", str(tmp_path / "run")])
+    out, err = capsys.readouterr()
+    assert code == 2 and "every reflection failed in 3 steps in a row" in err
+    assert "[REDACTED]" in err and "Incorrect API key" in err
+    run = tmp_path / "run"
+    files = [p for p in run.rglob("*") if p.is_file()]
+    assert any(b"[REDACTED]" in p.read_bytes() for p in files)
+    for path in files:
+        assert SECRET.encode() not in path.read_bytes(), path
+    assert SECRET not in out and SECRET not in err
+    assert all(SECRET not in r.getMessage() for r in caplog.records)
+    assert world.reflections > 2  # the 401s were sent and echoed
+
+
+# ---------------------------------------------------------------- 6: tool calls
+
+
+def tool_calls(*calls: tuple[str, dict]) -> dict:
+    """A completion whose message is tool calls only (`content: null`)."""
+    body = completion("")
+    body["choices"][0]["message"] = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": f"call_{i}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
+            for i, (name, arguments) in enumerate(calls)
+        ],
+    }
+    body["choices"][0]["finish_reason"] = "tool_calls"
+    return body
+
+
+class CallingReflector(World):
+    """A reflector served with tool calling: it proposes its edits as calls (one call per edit
+    and one with the summary), and ranks in a call too; with `useless`, its calls hold no
+    edits at all."""
+
+    def __init__(self, useless: bool = False) -> None:
+        super().__init__()
+        self.useless = useless
+
+    def __call__(self, req: FakeRequest):
+        out = super().__call__(req)
+        if req.body["model"] != "reflector" or not isinstance(out, str):
+            return out
+        data = json.loads(out)
+        if self.useless:
+            return tool_calls(("lookup", {"query": "what should I change?"}))
+        if "edits" in data:
+            calls = [("propose_edit", edit) for edit in data["edits"]]
+            return tool_calls(("summarise", {"summary": data["summary"]}), *calls)
+        return tool_calls(("submit_ranking", data))
+
+
+def test_a_reflector_answering_in_tool_calls_is_read_from_their_arguments(tmp_path):
+    """Issue 36, 6: the edits in the calls' arguments are the reflection's edits, and the step
+    record counts the replies read from tool calls."""
+    with serve(CallingReflector()) as server:
+        config = write_config(tmp_path, server.base_url, train={"max_steps": 2}, **SHORT)
+        assert train(config, tmp_path / "run") == 0
+    run = tmp_path / "run"
+    summary = read(run / "summary.json")
+    assert summary["accepted_steps"] and summary["selection"]["best"]["hard"] > 1 / 6
+    record = read(run / "steps" / "step_0001" / "step.json")
+    assert record["tokens/reflect/tool_calls"] > 0 and record["tokens/rank/tool_calls"] == 1
+    assert record["reflections_failed"] == 0 and record["proposed"] > 0
+    reflections = read(run / "steps" / "step_0001" / "proposed_edits.json")
+    assert any(r["edits"] and r["summary"].startswith("no rule for") for r in reflections)
+
+
+def test_a_reflector_whose_tool_calls_hold_no_edits_fails_loudly(tmp_path, capsys):
+    """Calls with nothing usable in their arguments are invalid, each with its reason, not an
+    empty reply: the steps are skipped, and the run stops with exit code 2 saying why (before:
+    every step 'unchanged', counters 0, exit 0)."""
+    with serve(CallingReflector(useless=True)) as server:
+        config = write_config(tmp_path, server.base_url, train={"max_steps": 3}, **SHORT)
+        assert train(config, tmp_path / "run") == 2
+    err = capsys.readouterr().err
+    assert "held tool calls (lookup) instead of text" in err
+    record = read(tmp_path / "run" / "steps" / "step_0001" / "step.json")
+    assert record["outcome"] == "skipped" and record["reflections_failed"] > 0
+    assert record["tokens/reflect/invalid"] == record["tokens/reflect/tool_calls"] > 0
+    assert all("tool calls (lookup)" in e for e in record["reflection_errors"])
+
+
+class CallingTarget(World):
+    """A target that answers every [gamma] question with a tool call and no text, though the
+    qa environment offers no tools."""
+
+    def __call__(self, req: FakeRequest):
+        if req.body["model"] == "target" and req.last_user_text.startswith("[gamma]"):
+            self.count("gamma")
+            return tool_calls(("calculator", {"expression": "6*7"}))
+        return super().__call__(req)
+
+
+def test_a_target_answering_a_text_task_with_tool_calls_only_is_empty_and_not_cached(tmp_path):
+    """Issue 36, 6: such a reply is no answer: counted empty (and as tool calls) in the step
+    record, retried, then failed and left out of the scores; never cached, so never served
+    from the cache as an empty answer (before: scored 0 and cached empty)."""
+    world = CallingTarget()
+    with serve(world) as server:
+        config = write_config(
+            tmp_path,
+            server.base_url,
+            train={"max_steps": 1},
+            target={"model": "target", "max_failed_fraction": 1.0},
+            **SHORT,
+        )
+        assert train(config, tmp_path / "run") == 0
+    run = tmp_path / "run"
+    record = read(run / "steps" / "step_0001" / "step.json")
+    assert record["tokens/gate/tool_calls"] == record["tokens/gate/empty"] > 0
+    assert record["target_failed"] > 0
+    rollouts = read(run / "steps" / "step_0001" / "rollouts.json")
+    gamma = [r for r in rollouts if r["kind"] == "gamma"]
+    assert gamma and all("sent tool calls (calculator) but no text" in r["error"] for r in gamma)
+    cached = [
+        json.loads(x)["rollout"]
+        for x in (run / "cache" / "rollouts.jsonl").read_text().splitlines()
+    ]
+    assert cached and all(r["kind"] != "gamma" and r["reply"] for r in cached)
+    summary = read(run / "summary.json")
+    assert summary["selection"]["initial"]["failed"] == 2  # both gamma items, not scored 0
+
+
+# ---------------------------------------------------------------- 8: a run that ends failing
+
+
+def test_a_run_whose_last_three_steps_all_failed_exits_2_at_its_last_step(tmp_path, capsys):
+    """Issue 36, 8: the reflector breaks after step 1 and the run ends at max_steps = 4 with
+    three skipped steps: exit code 2 with the reason, as a longer run stops there (before:
+    exit 0)."""
+    faults = Faults(World())
+    with serve(faults) as server:
+        config = write_config(tmp_path, server.base_url, train={"max_steps": 4}, **SHORT)
+        assert train(config, tmp_path / "run", "-o", "train.max_steps=1") == 0
+        faults.force("error", times=None, model="reflector")
+        assert train(config, tmp_path / "run", "--resume") == 2
+    err = capsys.readouterr().err
+    assert "every reflection failed in 3 steps in a row" in err and "overloaded" in err
+    summary = read(tmp_path / "run" / "summary.json")
+    assert summary["steps"] == 4 and summary["skipped_steps"] == [2, 3, 4]
+    assert summary["stopped"]["kind"] == "reflector" and summary["eval_skipped"]
+
+
+# ---------------------------------------------------------------- 9: runaway replies
+
+
+class Flood(World):
+    """A target that answers the first [delta] question with 5 MB before its answer."""
+
+    def __call__(self, req: FakeRequest):
+        if req.body["model"] == "target" and req.last_user_text.startswith("[delta]"):
+            return "Let me think about this. " * 210_000 + self.target(req)
+        return super().__call__(req)
+
+
+def test_a_runaway_reply_is_stored_cut_to_max_stored_reply_chars(tmp_path):
+    """Issue 36, 9: 5 MB replies are cut as they arrive (head, marker, tail) to
+    train.max_stored_reply_chars: the cache, the journal and rollouts.json stay small, and the
+    answer at the reply's end is still scored."""
+    with serve(Flood()) as server:
+        config = write_config(
+            tmp_path,
+            server.base_url,
+            train={"max_steps": 1, "max_stored_reply_chars": 20_000},
+            **SHORT,
+        )
+        assert train(config, tmp_path / "run") == 0
+    run = tmp_path / "run"
+    size = sum(p.stat().st_size for p in run.rglob("*") if p.is_file())
+    assert size < 2_000_000, size  # 5 MB a delta reply, several of them asked
+    rollouts = read(run / "steps" / "step_0001" / "rollouts.json")
+    delta = [r for r in rollouts if r["kind"] == "delta"]
+    assert delta and all(len(r["reply"]) <= 20_000 for r in delta)
+    assert all("characters left out ...]" in r["reply"] for r in delta)
+    assert all(
+        r["reply"].endswith(f"Answer: {r['item_key'] and r['expected'].split()[1]}") for r in delta
+    )
