@@ -543,3 +543,62 @@ def test_a_second_ctrl_c_exits_at_once_and_sends_nothing_queued(tmp_path):
     assert took < 2.0, took
     assert "interrupted during step 1, unsaved" in err
     assert [r for r in world.after_hold if r.body["model"] == "reflector"] == []
+
+
+# ---------------------------------------------------------------- 2: the dry run's bound
+
+
+def dry_run_rows(config: Path, run: Path, capsys, monkeypatch) -> dict[str, list[str]]:
+    """The dry run's table: stage -> its cells after the stage's name."""
+    monkeypatch.setenv("COLUMNS", "240")  # one line per table row
+    capsys.readouterr()
+    assert main(["skills", "train", str(config), "--run-dir", str(run), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    return {
+        cells[0]: cells[1:]
+        for line in out.splitlines()
+        if (cells := [c.strip() for c in line.strip("│┃ ").split("│")]) and len(cells) == 9
+    }
+
+
+def test_the_dry_runs_bound_holds_on_a_run_against_a_server_on_a_bad_day(
+    tmp_path, capsys, monkeypatch
+):
+    """Issue 36, 2: a third of first attempts broken (cut, empty, garbled, 429, 503), one
+    selection item's requests always failing (re-asked at every gate), the skill growing: the
+    calls every stage made (retries included, counted in the journal), its prompt and
+    completion tokens (the server's counts) stay within the dry run's bound, and the expected
+    column sits below the bound."""
+    world = World()
+    faults = Faults(world, fraction=0.3, seed="bound")
+    doomed = "[beta] What is the code of item 12?"
+    with serve(faults) as server:
+        config = write_config(
+            tmp_path,
+            server.base_url,
+            train={"max_steps": 3, "merge": "llm"},
+            target={"model": "target", "max_tokens": 24, "max_failed_fraction": 0.5},
+            reflector={"model": "reflector", "max_tokens": 400},
+        )
+        rows = dry_run_rows(config, tmp_path / "run", capsys, monkeypatch)
+        faults.force("error", times=None, when=lambda req: req.last_user_text == doomed)
+        faults.force("truncate", times=2, model="reflector")  # cut, and cut again when re-asked
+        assert train(config, tmp_path / "run") == 0
+    run = tmp_path / "run"
+    sent: dict[str, int] = {}
+    for line in (run / "journal.jsonl").read_text().splitlines():
+        entry = json.loads(line)
+        if "sent" in entry:
+            sent[entry["stage"]] = sent.get(entry["stage"], 0) + 1
+    summary = read(run / "summary.json")
+    assert summary["selection"]["initial"]["failed"] == 1  # the doomed item, every time
+    assert faults.total("truncate", "reflector") and faults.total("error")
+    assert sum(sent.values()) == len(server.chat_requests)
+    for stage, calls in sent.items():
+        _, usual, most, prompt_usual, prompt_most, completion_most = rows[stage][:6]
+        row = summary["tokens"][stage]
+        assert int(usual) <= int(most) and int(prompt_usual) <= int(prompt_most), stage
+        assert calls <= int(most), stage
+        assert row["prompt_tokens"] <= int(prompt_most), stage
+        assert row["completion_tokens"] <= int(completion_most), stage
+    assert sum(sent.values()) <= int(rows["total"][2])
