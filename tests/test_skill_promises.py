@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from fault_server import Faults
 from openai_server import FakeOpenAIServer, FakeRequest, Reply, completion
-from skill_world import World, write_config
+from skill_world import INITIAL_SKILL, World, write_config
 from test_skill_faults import SHORT, first_line, read, serve, totals, train
 
 import honed
@@ -561,38 +561,78 @@ def dry_run_rows(config: Path, run: Path, capsys, monkeypatch) -> dict[str, list
     }
 
 
+# (first attempts broken, reflector replies cut twice, target retries, selection items that
+# always fail: one with retries, five without, each re-asked at every gate)
+BAD_DAYS = [
+    (0.3, 1, ("[beta] What is the code of item 12?",)),
+    (
+        0.0,
+        0,
+        tuple(
+            f"[{k}] What is the code of item 12?"
+            for k in ("alpha", "beta", "gamma", "delta", "epsilon")
+        ),
+    ),
+]
+
+
+class Wordy(World):
+    """A reflector whose rules come with a long reason, so the skill grows step by step far
+    past the initial one the expectation is estimated with."""
+
+    REASON = " Keep to this, because the scorer compares the answer word for word." * 20
+
+    def reflect_failures(self, text: str) -> str:
+        data = json.loads(super().reflect_failures(text))
+        for edit in data["edits"]:
+            edit["content"] += self.REASON
+        return json.dumps(data)
+
+
+@pytest.mark.parametrize(("fraction", "retries", "doomed"), BAD_DAYS)
 def test_the_dry_runs_bound_holds_on_a_run_against_a_server_on_a_bad_day(
-    tmp_path, capsys, monkeypatch
+    tmp_path, capsys, monkeypatch, fraction, retries, doomed
 ):
-    """Issue 36, 2: a third of first attempts broken (cut, empty, garbled, 429, 503), one
-    selection item's requests always failing (re-asked at every gate), the skill growing: the
-    calls every stage made (retries included, counted in the journal), its prompt and
-    completion tokens (the server's counts) stay within the dry run's bound, and the expected
-    column sits below the bound."""
-    world = World()
-    faults = Faults(world, fraction=0.3, seed="bound")
-    doomed = "[beta] What is the code of item 12?"
+    """Issue 36, 2: first attempts broken (cut, empty, garbled, 429, 503), a reflector reply
+    cut twice, selection items whose requests always fail (re-asked at every gate), the skill
+    growing: the calls every stage made (retries included, counted in the journal), its prompt
+    and completion tokens (the server's counts) stay within the dry run's bound, and the
+    expected column sits below the bound."""
+    faults = Faults(Wordy(), fraction=fraction, seed="bound")
     with serve(faults) as server:
         config = write_config(
             tmp_path,
             server.base_url,
             train={"max_steps": 3, "merge": "llm"},
-            target={"model": "target", "max_tokens": 24, "max_failed_fraction": 0.5},
+            target={
+                "model": "target",
+                "max_tokens": 24,
+                "max_failed_fraction": 0.5,
+                "max_retries": retries,
+            },
             reflector={"model": "reflector", "max_tokens": 400},
         )
         rows = dry_run_rows(config, tmp_path / "run", capsys, monkeypatch)
-        faults.force("error", times=None, when=lambda req: req.last_user_text == doomed)
+        faults.force("error", times=None, when=lambda req: req.last_user_text in doomed)
         faults.force("truncate", times=2, model="reflector")  # cut, and cut again when re-asked
         assert train(config, tmp_path / "run") == 0
     run = tmp_path / "run"
     sent: dict[str, int] = {}
+    largest: dict[str, float] = {}  # the largest prompt of one attempt, by the server's count
     for line in (run / "journal.jsonl").read_text().splitlines():
         entry = json.loads(line)
+        stage = entry["stage"]
         if "sent" in entry:
-            sent[entry["stage"]] = sent.get(entry["stage"], 0) + 1
+            sent[stage] = sent.get(stage, 0) + 1
+        prompt = entry.get("counts", {}).get("prompt_tokens", 0)
+        largest[stage] = max(largest.get(stage, 0), prompt)
     summary = read(run / "summary.json")
-    assert summary["selection"]["initial"]["failed"] == 1  # the doomed item, every time
-    assert faults.total("truncate", "reflector") and faults.total("error")
+    assert summary["selection"]["initial"]["failed"] == len(doomed)  # every time
+    grown = max(
+        len((run / "skills" / f"v{v['version']:04d}.md").read_text()) for v in summary["versions"]
+    )
+    assert grown > 20 * len(INITIAL_SKILL)
+    assert faults.total("truncate", "reflector") == 2
     assert sum(sent.values()) == len(server.chat_requests)
     for stage, calls in sent.items():
         _, usual, most, prompt_usual, prompt_most, completion_most = rows[stage][:6]
@@ -600,5 +640,6 @@ def test_the_dry_runs_bound_holds_on_a_run_against_a_server_on_a_bad_day(
         assert int(usual) <= int(most) and int(prompt_usual) <= int(prompt_most), stage
         assert calls <= int(most), stage
         assert row["prompt_tokens"] <= int(prompt_most), stage
+        assert largest[stage] <= int(prompt_most) / int(most), stage  # a call's own bound
         assert row["completion_tokens"] <= int(completion_most), stage
     assert sum(sent.values()) <= int(rows["total"][2])
