@@ -197,7 +197,10 @@ def test_a_faithful_merge_keeps_its_negations_and_passes():
             "- Answer without a percent sign.",
             ["- For percentages, answer with the bare number, without a percent sign."],
         ),
-        ("- Read the question twice; never guess.", ["- Never guess.", "- Read the question twice."]),
+        (
+            "- Read the question twice; never guess.",
+            ["- Never guess.", "- Read the question twice."],
+        ),
         (
             "- Give times in 12-hour form without a leading zero.",
             ["- Give times in 12-hour form, like 2:05 pm, no leading zero."],
