@@ -497,7 +497,7 @@ def test_dry_run_checks_the_servers_prints_the_cost_and_writes_nothing(
         for stage in ("rollout", "gate", "reflect", "merge", "rank", "consolidate", "eval"):
             assert stage in rows, out
         assert 0 < float(rows["total"][6]) < float(rows["total"][7])  # USD expected, at most
-        assert "budget.max_usd 0.001 USD: the run may reach it" in out
+        assert "budget.max_usd 0.001 USD: the run is expected to reach it" in out
         assert train(config, run, "-o", "budget.max_usd=null") == 0
     used = read(run / "summary.json")["tokens"]
     for stage, row in used.items():

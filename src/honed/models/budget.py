@@ -6,7 +6,8 @@ client before each attempt with the attempt's worst case: one request, its promp
 client's estimate) plus the `max_tokens` it allows, and that priced. The attempt goes out only if
 what has been spent (`UsageMeter.totals`, requests lost in a crash included), what the attempts
 in flight have reserved and this worst case together fit under every cap; otherwise `BudgetStop`
-is raised and nothing is sent. When the attempt ends its reservation is released and what it
+is raised and nothing is sent. An attempt that would fit what has been spent, but not with what the attempts in flight
+hold, waits for them to end. When an attempt ends its reservation is released and what it
 really cost is counted, so a run ends at most one request's estimate error past a cap (the only
 way past it is a server counting more prompt tokens than the estimate said), and never by a
 step's worth.
@@ -89,29 +90,37 @@ class Caps:
     def active(self) -> bool:
         return any(v is not None for v in self.limits.values())
 
-    def reserve(self, stage: str, worst: Worst) -> Worst:
-        """Hold `worst` for an attempt of `stage` about to be sent, or raise `BudgetStop` when it
-        does not fit what is left; give the result back to `release` when the attempt ends."""
-        with self._lock:
-            spent: Mapping[str, float] = self._spent()
-            for key, counter, unit in CAPS:
-                cap = self.limits[key]
-                if cap is None:
-                    continue
-                used = spent.get(counter, 0.0) + self._reserved[counter]
-                need = worst.get(counter)
-                if used + need > cap:
-                    held = self._reserved[counter]
-                    in_flight = f", {_shown(held, unit)} held by requests in flight" if held else ""
-                    raise BudgetStop(
-                        f"{self.name}.{key}",
-                        f"{self.name}.{key} reached: {_shown(spent.get(counter, 0.0), unit)} of "
-                        f"{_cap(cap, unit)} {unit} spent{in_flight}, and the next {stage} request may "
-                        f"cost up to {_shown(need, unit)}",
-                    )
-            for _, counter, _ in CAPS:
-                self._reserved[counter] += worst.get(counter)
-        return worst
+    def reserve(self, stage: str, worst: Worst, wait: Callable[[], None]) -> Worst:
+        """Hold `worst` for an attempt of `stage` about to be sent; give the result back to
+        `release` when the attempt ends.
+
+        When it does not fit what has been spent, `BudgetStop`. When it fits that but not what
+        the attempts in flight hold on top (their worst cases, mostly far above what they will
+        cost), `wait()` is called until they have ended and counted what they really cost, and
+        the check is made again: the run spends its budget to the end without two requests ever
+        counting on the same room. (`wait` may raise, to give up waiting.)"""
+        while True:
+            with self._lock:
+                spent: Mapping[str, float] = self._spent()
+                room = True
+                for key, counter, unit in CAPS:
+                    cap = self.limits[key]
+                    if cap is None:
+                        continue
+                    used, need = spent.get(counter, 0.0), worst.get(counter)
+                    if used + need > cap:
+                        raise BudgetStop(
+                            f"{self.name}.{key}",
+                            f"{self.name}.{key} reached: {_shown(used, unit)} of "
+                            f"{_cap(cap, unit)} {unit} spent, and the next {stage} request may "
+                            f"cost up to {_shown(need, unit)}",
+                        )
+                    room = room and used + self._reserved[counter] + need <= cap
+                if room:
+                    for _, counter, _ in CAPS:
+                        self._reserved[counter] += worst.get(counter)
+                    return worst
+            wait()
 
     def release(self, worst: Worst) -> None:
         with self._lock:

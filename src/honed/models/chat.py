@@ -572,6 +572,12 @@ class ChatClient:
         if self._aborted.is_set():
             raise Aborted(f"request to {self.config.base_url} not sent: the client was aborted")
 
+    def _wait_for_budget(self) -> None:
+        """A short wait for the budget's room held by requests in flight; `Aborted` once the
+        client is aborted."""
+        self._aborted.wait(0.05)
+        self._check_aborted()
+
     @contextmanager
     def _slot(self) -> Iterator[None]:
         """One of the `concurrency` slots, waited for in short turns so an abort is noticed."""
@@ -879,7 +885,9 @@ class ChatClient:
         for attempt in range(attempts):
             retry_after, status, last = None, 0, attempt + 1 == attempts
             counts: dict[str, float] = {}
-            worst = None if self.caps is None else self.caps.reserve(stage, self._worst(body))
+            worst = None
+            if self.caps is not None:
+                worst = self.caps.reserve(stage, self._worst(body), self._wait_for_budget)
             sent: int | None = None
             try:
                 try:

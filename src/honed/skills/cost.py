@@ -283,7 +283,11 @@ def estimate_report(
                 "the run is expected to stay within it; at worst it stops before the request "
                 "that would pass it"
             )
-        else:
+        elif spend[False] <= cap:
             verdict = "the run may reach it: it stops before the request that would pass it"
+        else:
+            verdict = (
+                "the run is expected to reach it: it stops before the request that would pass it"
+            )
         notes.append(f"budget.{key} {cap:,} {unit}: {verdict}")
     return table, notes
