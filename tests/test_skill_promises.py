@@ -643,3 +643,40 @@ def test_the_dry_runs_bound_holds_on_a_run_against_a_server_on_a_bad_day(
         assert largest[stage] <= int(prompt_most) / int(most), stage  # a call's own bound
         assert row["completion_tokens"] <= int(completion_most), stage
     assert sum(sent.values()) <= int(rows["total"][2])
+
+
+def test_a_budget_met_at_an_epochs_end_leaves_it_to_the_resumed_run(tmp_path):
+    """The cap is met after the consolidation's call, while the consolidated skill is gated:
+    the epoch's last step stays done and saved, the epoch open; resumed with a larger budget,
+    the run closes the epoch taking the consolidation's reply from the journal (asked once in
+    all) and ends as an uncapped run."""
+    world = World()
+    with serve(world) as server:
+        (tmp_path / "free").mkdir()
+        free = write_config(tmp_path / "free", server.base_url, train={"max_steps": 3})
+        assert train(free, tmp_path / "free" / "run") == 0
+        used = read(tmp_path / "free" / "run" / "summary.json")
+        steps = sum(
+            v
+            for d in (tmp_path / "free" / "run" / "steps").iterdir()
+            for k, v in read(d / "step.json").items()
+            if k.endswith("/requests")
+        )
+        tokens = used["tokens"]
+        cap = used["gate"]["items"] + steps + tokens["consolidate_rollout"]["requests"] + 1
+        consolidations = world.calls["consolidate"]
+        config = write_config(tmp_path, server.base_url, train={"max_steps": 3})
+        run = tmp_path / "run"
+        assert train(config, run, "-o", f"budget.max_requests={cap}") == 0
+        summary = read(run / "summary.json")
+        assert summary["steps"] == 3 and summary["epochs"] == 0
+        assert summary["stopped"]["kind"] == "budget" and totals(summary, "requests") == cap
+        assert world.calls["consolidate"] == consolidations + 1
+        assert train(config, run, "--resume") == 0
+    resumed = read(run / "summary.json")
+    assert resumed["epochs"] == 1 and resumed["stopped"] is None and resumed["eval"]
+    assert world.calls["consolidate"] == consolidations + 1  # from the journal, not asked again
+    assert totals(resumed, "requests") == totals(used, "requests")
+    assert (run / "best_skill.md").read_text() == (
+        tmp_path / "free" / "run" / "best_skill.md"
+    ).read_text()
