@@ -242,10 +242,12 @@ class SkillTrainer:
         self.journal: Journal | None = None
         # usage a run saved before it had a journal (None: everything is in the journal)
         self._usage_before_journal: dict[str, dict[str, float]] | None = None
-        # the budget caps in force when the run last saved, to tell whether a resume raised them
-        self._saved_caps: dict[str, Any] = {}
-        # a budget cap an epoch's end ran into (after its step was done): the run stops there
+        # the settings the run last saved with, to tell whether a resume gives the budget room
+        self._saved_config: dict[str, Any] = {}
+        # a budget cap an epoch's end ran into (after its step was done): the run stops there,
+        # and the journal's replay for the resumed run starts where that epoch's end began
         self._budget_stop: Stop | None = None
+        self._journal_mark: int | None = None
         self.reflector = Reflector(
             self.reflector_client, config.reflector.max_prompt_tokens, config.key
         )
@@ -344,7 +346,8 @@ class SkillTrainer:
             self._usage_before_journal = saved.get("before")
             self.journal.replay_from(int(saved.get("offset", 0)))
         else:  # a new run, or one saved by a honed that kept its usage in state.json alone
-            self._usage_before_journal = None if state is None else state["usage"]["stages"]
+            before = (state or {}).get("usage")
+            self._usage_before_journal = before.get("stages") if isinstance(before, dict) else None
             self.journal.replay_from(0)
         self.usage.attach(self.journal, self._usage_before_journal)
 
@@ -564,7 +567,7 @@ class SkillTrainer:
             # from the journal, whose length at this save is where its replay starts
             "usage": self.usage.state_dict(),
             "journal": {
-                "offset": 0 if self.journal is None else self.journal.size,
+                "offset": self._journal_offset(),
                 "before": self._usage_before_journal,
             },
             "history": self.history,
@@ -591,8 +594,7 @@ class SkillTrainer:
         self.buffer.load_state_dict(state["buffer"])
         self.history = list(state["history"])
         saved = state.get("config")
-        budget = saved.get("budget") if isinstance(saved, dict) else None
-        self._saved_caps = dict(budget) if isinstance(budget, dict) else {}
+        self._saved_config = dict(saved) if isinstance(saved, dict) else {}
         self.versions = list(state["versions"])
 
     # ------------------------------------------------------------------ the lifecycle's loop
@@ -604,10 +606,24 @@ class SkillTrainer:
         """Close the epoch when the step ended one. A budget cap met there leaves the step done
         and saved and the epoch open (a resumed run closes it): the run stops (`stop_reason`)."""
         if self._epoch_ends_now():
-            try:
-                self.close_epoch()
-            except BudgetStop as exc:
-                self._budget_stop = Stop("budget", exc.reason, error=exc.error)
+            self._close_epoch_within_budget()
+
+    def _close_epoch_within_budget(self) -> None:
+        """Close the epoch; a budget cap met there stops the run (`_budget_stop`) with the epoch
+        left open, and the replies its end had received offered again to the resumed run."""
+        mark = self._journal_offset()
+        try:
+            self.close_epoch()
+        except BudgetStop as exc:
+            self._budget_stop = Stop("budget", exc.reason, error=exc.error)
+            self._journal_mark = mark
+
+    def _journal_offset(self) -> int:
+        """Where a resumed run's replay starts: the journal's end, or the start of an epoch's
+        end that the budget cut short."""
+        if self._journal_mark is not None:
+            return self._journal_mark
+        return 0 if self.journal is None else self.journal.size
 
     def checkpoint_due(self) -> bool:
         """Always: a step costs model calls, so its state is never recomputed."""
@@ -626,12 +642,21 @@ class SkillTrainer:
             f"selection {self.gate.metric(self.current_scores):.3f}"
         )
 
-    def _caps_raised(self) -> bool:
-        """Whether the config in force raises (or lifts) a budget cap the run was saved with."""
+    def _budget_has_room(self) -> bool:
+        """Whether the config in force may let a run its budget stopped go on: a cap raised (or
+        lifted), or a model's `max_tokens` or `price` changed (a request's worst case with it)."""
+        saved = self._saved_config
+        caps = saved.get("budget") if isinstance(saved.get("budget"), dict) else {}
         for key in ("max_tokens", "max_requests", "max_usd"):
-            before, now = self._saved_caps.get(key), getattr(self.config.budget, key)
+            before, now = caps.get(key), getattr(self.config.budget, key)
             if before is not None and (now is None or now > before):
                 return True
+        now = self.config.model_dump(mode="json")
+        for role in ("target", "reflector"):
+            model = saved.get(role) if isinstance(saved.get(role), dict) else {}
+            for key in ("max_tokens", "price"):
+                if key in model and model[key] != now[role][key]:
+                    return True
         return False
 
     def _persistent_stop(self) -> Stop | None:
@@ -646,7 +671,7 @@ class SkillTrainer:
         if (
             summary.get("steps") == self.step
             and stopped.get("kind") == "budget"
-            and not self._caps_raised()
+            and not self._budget_has_room()
         ):
             return Stop("budget", str(stopped.get("reason")))
         patience = self.config.train.patience
@@ -1061,7 +1086,7 @@ class SkillTrainer:
         if not self.setup(resume):
             return self.run.read_summary()
         if self._epoch_ends_now():  # a resumed run that stopped right at an epoch's end
-            self.close_epoch()
+            self._close_epoch_within_budget()
             self.save()
         stop = self.life.steps(self, "skill steps", self.total_steps)
         if stop is None:  # the last step: asked here, as the lifecycle asks only before one
@@ -1179,7 +1204,7 @@ def evaluate_skill(
     target server first; answers already in `cache` (a run's) cost nothing."""
     reporter = reporter or Reporter(enabled=False)
     envs = build_skill_envs(config)
-    with ChatClient(config.target) as client:
+    with ChatClient(config.target, max_reply_chars=config.train.max_stored_reply_chars) as client:
         client.check()
         runner = TargetRunner(client, envs, config.skill.preamble, cache)
         items = evaluation_items(envs, split, num_items)
