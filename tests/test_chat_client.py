@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from honed.errors import HonedError
 from honed.models.chat import (
     MAX_DELAY_S,
+    Aborted,
     ChatClient,
     ChatFailure,
     ChatModelConfig,
@@ -235,6 +236,47 @@ def test_waiting_for_a_free_slot_does_not_count_against_the_timeout():
         assert server.max_in_flight == 1
 
 
+def test_abort_cuts_the_request_in_flight_and_sends_none_of_those_waiting():
+    """What a second Ctrl-C relies on: callers waiting for a slot, and one waiting out a
+    back-off, end at once with `Aborted`; the hanging request is cut; nothing more is sent."""
+    release = threading.Event()
+
+    def hang(req: FakeRequest):
+        if req.last_user_text == "fail":
+            return Reply(503, {"error": {"message": "overloaded"}})
+        release.wait(30)
+        return "late"
+
+    with FakeOpenAIServer(hang) as server:
+        client = ChatClient(config(server, concurrency=1, timeout_s=30, backoff_s=30))
+        ended: list[str] = []
+
+        def call(text: str) -> None:
+            try:
+                client.chat([{"role": "user", "content": text}])
+            except Aborted:
+                ended.append(text)
+
+        backing_off = threading.Thread(target=call, args=("fail",))
+        backing_off.start()
+        while len(server.chat_requests) < 1:  # its first attempt failed: 30 s of back-off
+            time.sleep(0.01)
+        threads = [threading.Thread(target=call, args=(f"q{i}",)) for i in range(3)]
+        for t in threads:
+            t.start()
+        while len(server.chat_requests) < 2:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        started = time.monotonic()
+        client.abort()
+        for t in [backing_off, *threads]:
+            t.join(5)
+        took = time.monotonic() - started
+        release.set()
+    assert took < 1.0 and sorted(ended) == ["fail", "q0", "q1", "q2"]
+    assert len(server.chat_requests) == 2  # the failed one, and the one that hung
+
+
 def test_complete_many_gives_each_failure_in_its_place_and_keeps_the_other_answers():
     def fail_third(req: FakeRequest):
         if req.last_user_text == "q2":
@@ -270,6 +312,9 @@ def test_usage_is_summed_per_stage():
         "empty": 0,
         "invalid": 0,
         "failed": 0,
+        "tool_calls": 0,
+        "estimated": 0,
+        "lost": 0,
         "prompt_tokens": 500,
         "completion_tokens": 100,
         "total_tokens": 600,

@@ -492,22 +492,23 @@ def test_dry_run_checks_the_servers_prints_the_cost_and_writes_nothing(
         rows = {
             cells[0]: cells[1:]
             for line in out.splitlines()
-            if (cells := [c.strip() for c in line.strip("│┃ ").split("│")]) and len(cells) == 6
+            if (cells := [c.strip() for c in line.strip("│┃ ").split("│")]) and len(cells) == 9
         }
         for stage in ("rollout", "gate", "reflect", "merge", "rank", "consolidate", "eval"):
             assert stage in rows, out
-        assert float(rows["total"][4]) > 0  # USD
-        assert "budget.max_usd 0.001 USD: the run may reach it" in out
+        assert 0 < float(rows["total"][6]) < float(rows["total"][7])  # USD expected, at most
+        assert "budget.max_usd 0.001 USD: the run is expected to reach it" in out
         assert train(config, run, "-o", "budget.max_usd=null") == 0
     used = read(run / "summary.json")["tokens"]
     for stage, row in used.items():
-        assert row["requests"] <= int(rows[stage][1]), stage
+        assert row["requests"] <= int(rows[stage][2]), stage
 
 
-def test_a_budget_stops_the_run_after_the_step_and_a_larger_one_resumes_it(tmp_path, capsys):
-    """budget.max_requests: the run stops after the step that reached it, state saved, the
-    summary says which budget, no held-out evaluation spends more; resuming with the same
-    budget does nothing, with a larger one ends as an uncapped run (issue 22, 14)."""
+def test_a_budget_stops_the_run_in_its_step_and_a_larger_one_resumes_it(tmp_path, capsys):
+    """budget.max_requests: the run stops before the request that would pass it, inside the
+    step (recorded as stopped, the last finished step's state saved), the summary says which
+    budget, no held-out evaluation spends more; resuming with the same budget does nothing,
+    with a larger one ends as an uncapped run (issue 22, 14; issue 36: no step's overshoot)."""
     with serve(World()) as server:
         (tmp_path / "full").mkdir()
         full = write_config(tmp_path / "full", server.base_url)
@@ -519,12 +520,9 @@ def test_a_budget_stops_the_run_after_the_step_and_a_larger_one_resumes_it(tmp_p
         assert summary["stopped"]["kind"] == "budget"
         assert "budget.max_requests reached" in summary["stopped"]["reason"]
         assert summary["eval"] == {} and "honed skills eval" in summary["eval_skipped"]
-        assert totals(summary, "requests") >= 40 and summary["steps"] < 6
-        metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-        before_last = totals(summary, "requests") - sum(
-            v for k, v in metrics[-1].items() if k.endswith("/requests")
-        )
-        assert before_last < 40  # it stopped after the first step that reached the cap
+        assert totals(summary, "requests") == 40 and summary["steps"] < 6
+        cut = read(run / "steps" / f"step_{summary['steps'] + 1:04d}" / "step.json")
+        assert cut["outcome"] == "stopped"
         files = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
         capsys.readouterr()
         assert main(["skills", "train", str(capped), "--run-dir", str(run), "--resume"]) == 0
@@ -537,15 +535,25 @@ def test_a_budget_stops_the_run_after_the_step_and_a_larger_one_resumes_it(tmp_p
         tmp_path / "full" / "run" / "best_skill.md"
     ).read_text()
     assert resumed["accepted_steps"] == uncapped["accepted_steps"]
+    assert totals(resumed, "requests") == totals(uncapped, "requests")  # nothing paid twice
 
 
 def test_a_budget_spent_in_the_last_step_skips_the_evaluation_until_it_is_raised(tmp_path):
     with serve(World()) as server:
+        (tmp_path / "free").mkdir()
+        free = write_config(tmp_path / "free", server.base_url, train={"max_steps": 1}, **SHORT)
+        assert train(free, tmp_path / "free" / "run") == 0
+        used = read(tmp_path / "free" / "run" / "summary.json")
+        steps_only = totals(used, "requests") - used["tokens"]["eval"]["requests"]
         config = write_config(
-            tmp_path, server.base_url, train={"max_steps": 1}, budget={"max_requests": 13}, **SHORT
+            tmp_path,
+            server.base_url,
+            train={"max_steps": 1},
+            budget={"max_requests": steps_only},
+            **SHORT,
         )
         run = tmp_path / "run"
-        assert train(config, run) == 0  # 12 selection items, then step 1 passes the cap
+        assert train(config, run) == 0  # the step fits exactly; the evaluation does not
         summary = read(run / "summary.json")
         assert summary["steps"] == 1 and summary["stopped"]["kind"] == "budget"
         assert summary["eval"] == {}

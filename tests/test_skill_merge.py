@@ -139,3 +139,73 @@ def test_llm_merge_keeps_the_deterministic_pool_when_it_fails():
         merged = llm_merge(StubReflector(reply), SKILL, pool)
         assert merged.method == "deterministic (llm merge failed)"
         assert merged.pool == pool and merged.problems
+
+
+def merged_from(content: str, *sources: str):
+    """The LLM merge of `sources` (and an unrelated proposal, left out) into the one edit
+    `content`, naming them all as its sources."""
+    pool = dedupe([reflection(FAILURE, *(append(s) for s in [*sources, "- Be brief."]))])
+    ids = list(range(1, len(sources) + 1))
+    reply = json.dumps({"edits": [{"op": "append", "content": content, "sources": ids}]})
+    return llm_merge(StubReflector(reply), SKILL, pool)
+
+
+def test_a_merged_edit_that_turns_its_proposals_around_is_dropped():
+    """Issue 36, 7: the words are the proposals' own, so the word-share check passes, but what
+    they assert is negated, or what they negate asserted."""
+    reversals = [
+        (
+            "- For unit conversions, answer with the unit's name, not the bare number.",
+            ["- For unit conversions, answer with the bare number, not the unit's name."],
+        ),
+        (
+            "- For unit conversions, never answer with the bare number in the unit asked for.",
+            ["- For unit conversions, answer with the bare number in the unit asked for."],
+        ),
+        (
+            "- Answer with a percent sign.",
+            ["- For percentages, answer with the bare number, without a percent sign."],
+        ),
+        (
+            "- To count a letter, never spell the word out and answer from memory.",
+            ["- To count a letter, spell the word out and never answer from memory."],
+        ),
+        ("- Give the time with a leading zero.", ["- Give the time with no leading zero."]),
+    ]
+    for content, sources in reversals:
+        merged = merged_from(content, *sources)
+        assert merged.method == "deterministic (llm merge failed)", content
+        (dropped,) = merged.dropped
+        assert dropped["reason"].startswith("it says the opposite of the edits it merges"), content
+    (dropped,) = merged_from(reversals[0][0], *reversals[0][1]).dropped
+    assert "negates 'bare', 'number' and asserts 'name'" in dropped["reason"]
+
+
+def test_a_faithful_merge_keeps_its_negations_and_passes():
+    """Rewording, combining and keeping a proposal's own "not" or "never" is what merging is."""
+    faithful = [
+        (
+            "- For unit conversions, answer with the bare number, not the unit's name.",
+            ["- For unit conversions, answer with the bare number, not the unit's name."],
+        ),
+        (
+            "- Use the ISO date; do not use the US format.",
+            ["- Use the ISO date, not the US format.", "- Always use ISO dates."],
+        ),
+        ("- Do not round numbers; keep decimals.", ["- Keep decimals.", "- Do not round numbers."]),
+        (
+            "- Answer without a percent sign.",
+            ["- For percentages, answer with the bare number, without a percent sign."],
+        ),
+        (
+            "- Read the question twice; never guess.",
+            ["- Never guess.", "- Read the question twice."],
+        ),
+        (
+            "- Give times in 12-hour form without a leading zero.",
+            ["- Give times in 12-hour form, like 2:05 pm, no leading zero."],
+        ),
+    ]
+    for content, sources in faithful:
+        merged = merged_from(content, *sources)
+        assert merged.method == "llm" and merged.dropped == [], (content, merged.dropped)

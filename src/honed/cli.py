@@ -21,6 +21,7 @@ from honed.runs.lifecycle import RunInterrupted
 from honed.runs.progress import Reporter
 from honed.runs.rundir import STATE_FILE, RunDir
 from honed.runs.trust import load_run_config
+from honed.text import redact
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -741,7 +742,7 @@ def main(argv: list[str] | None = None) -> int:
     except HonedError as err:
         if args.debug:
             traceback.print_exc()
-        print(f"honed: error: {err}", file=sys.stderr)
+        print(f"honed: error: {redact(str(err))}", file=sys.stderr)
         return EXIT_USAGE
     except RunInterrupted as stop:
         if os.environ.get("RANK", "0") == "0":  # the process that saved says it, once

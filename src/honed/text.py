@@ -1,6 +1,11 @@
 """Text that came from a model or a server, made safe before honed hashes, tokenises, parses or
 writes it.
 
+Secrets first: a server or proxy may echo the request's API key back (in an error body, a reply,
+a header). `redact` replaces the keys honed was given (`register_secret`) and anything shaped
+like a credential header; the chat client passes every string a server sends, and every error
+message it makes from one, through it before anyone logs, writes or reads it.
+
 Two things in such text can end a run: code points that are not valid UTF-8 (a JSON escape like
 `"\\ud800"` decodes to a lone surrogate, which `str.encode` refuses), and sheer size handed to a
 repair routine whose cost grows faster than linearly. `valid_text` replaces the first with
@@ -10,6 +15,8 @@ U+FFFD; `MAX_REPAIR_CHARS` bounds the second, and longer spans count as unreadab
 from __future__ import annotations
 
 import re
+import threading
+from collections.abc import Callable
 from typing import Any
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -29,21 +36,89 @@ def valid_text(text: str) -> str:
     return text
 
 
-def valid_values(value: Any) -> Any:
-    """Decoded JSON with every string (keys included) made `valid_text`, without recursion (a
-    reply may nest thousands of levels)."""
+def map_strings(value: Any, fn: Callable[[str], str]) -> Any:
+    """Decoded JSON with every string (keys included) replaced by `fn(string)`, in place where it
+    can be, without recursion (a reply may nest thousands of levels)."""
     root: list[Any] = [value]
     stack: list[tuple[Any, Any]] = [(root, 0)]
     while stack:
         parent, key = stack.pop()
         item = parent[key]
         if isinstance(item, str):
-            parent[key] = valid_text(item)
+            parent[key] = fn(item)
         elif isinstance(item, list):
             stack.extend((item, i) for i in range(len(item)))
         elif isinstance(item, dict):
-            cleaned = {valid_text(k) if isinstance(k, str) else k: v for k, v in item.items()}
+            cleaned = {fn(k) if isinstance(k, str) else k: v for k, v in item.items()}
             item.clear()
             item.update(cleaned)
             stack.extend((item, k) for k in item)
     return root[0]
+
+
+def valid_values(value: Any) -> Any:
+    """Decoded JSON with every string (keys included) made `valid_text`."""
+    return map_strings(value, valid_text)
+
+
+# ---------------------------------------------------------------- secrets
+
+REDACTED = "[REDACTED]"
+# Keys shorter than this are placeholders local servers accept ("EMPTY", "none"), not secrets:
+# replacing them everywhere would garble ordinary words in replies.
+MIN_SECRET_CHARS = 8
+# A header or field that carries credentials, as a server or proxy may echo it back:
+# `Authorization: Bearer ...`, `"api_key": "..."`, `x-api-key=...`; and a bare `Bearer <token>`
+# whose token has a digit (so that "bearer instruments" in a reply is left alone).
+_CREDENTIAL = re.compile(
+    r"(?i)((?:proxy-)?authorization|x-api-key|api[-_]?key|access[-_]?token)"
+    r"([\"']?\s*[:=]\s*[\"']?)(?:(?:bearer|basic|token)\s+)?[^\s\"',;\\}]+"
+)
+_BEARER = re.compile(r"(?i)\b(bearer)\s+(?=[A-Za-z0-9._~+/=-]*\d)[A-Za-z0-9._~+/=-]{8,}")
+_secrets: set[str] = set()
+_secrets_lock = threading.Lock()
+
+
+def register_secret(value: str) -> None:
+    """Make `redact` replace `value` (an API key read from the environment) wherever it
+    appears; values shorter than `MIN_SECRET_CHARS` are placeholders and are ignored."""
+    value = value.strip()
+    if len(value) >= MIN_SECRET_CHARS:
+        with _secrets_lock:
+            _secrets.add(value)
+
+
+def redact(text: str) -> str:
+    """`text` with every registered secret and every credential-carrying header or field
+    (`Authorization: Bearer ...`, `api_key=...`) replaced by `REDACTED`.
+
+    The one step every string from a server or an exception passes before honed logs it,
+    writes it or shows it to a model: a server or proxy that echoes the request's key in an
+    error body, a reply or a header must not put it into a run directory or on a terminal.
+    """
+    with _secrets_lock:
+        known = sorted(_secrets, key=len, reverse=True)
+    for secret in known:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    text = _CREDENTIAL.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+    return _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+
+
+# ---------------------------------------------------------------- long text
+
+
+def cut_middle(text: str, max_chars: int) -> str:
+    """`text` if it is at most `max_chars` long, else its head and tail around a marker that
+    says how many characters were left out, all within `max_chars` (the head and tail alone
+    when the limit leaves no room for the marker). Answers tend to end a reply and the task's
+    framing to begin it, so both ends are what a reader or a scorer needs."""
+    if len(text) <= max_chars:
+        return text
+    marker = f"\n[... {len(text)} characters left out ...]\n"  # the longest it can be
+    keep = max(max_chars - len(marker), 0)
+    head, tail = keep - keep // 2, keep // 2
+    left_out = len(text) - head - tail
+    if keep == 0:
+        return text[:max_chars]
+    return f"{text[:head]}\n[... {left_out} characters left out ...]\n{text[len(text) - tail :]}"

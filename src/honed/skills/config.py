@@ -136,6 +136,13 @@ class TrainConfig(Strict):
         description="Stop after this many steps in a row without an accepted candidate; "
         "`null`: never.",
     )
+    max_stored_reply_chars: int = Field(
+        100_000,
+        ge=1_000,
+        description="Every reply (and reasoning) a server sends is cut to this many characters "
+        "as it arrives, head and tail around a marker: what is scored, cached, journaled and "
+        "written to rollouts.json, so one runaway reply cannot fill the run directory.",
+    )
 
 
 class EditBudgetConfig(Strict):
@@ -293,26 +300,35 @@ class ReflectorConfig(ChatModelConfig):
 
 
 class BudgetConfig(Strict):
-    """Caps on what a run spends, over both models and every stage, resumed runs included.
-    When one is reached the run stops after the step under way, its state saved; `--resume`
-    with a larger budget continues (docs/skills.md, "Cost: before and during a run")."""
+    """Caps on what a run spends, over both models and every stage, the held-out evaluation and
+    resumed runs included. Each request is checked before it is sent: when its worst case (its
+    prompt tokens and `max_tokens`, priced) does not fit what is left, it is not sent, the step
+    stops there (recorded, unsaved; `--resume` with a larger budget redoes it from the journal)
+    and the summary says which cap stopped the run (`honed.models.budget`; docs/skills.md,
+    "Cost: before and during a run")."""
 
     max_tokens: int | None = Field(
         None,
         ge=1,
-        description="Stop after the step in which the run's tokens (both models, all stages) "
-        "reach this; `null`: no cap.",
+        description="The run's tokens (both models, all stages, the evaluation included) never "
+        "pass this: a request whose worst case does not fit what is left is not sent, and the "
+        "run stops there; `null`: no cap.",
     )
     max_requests: int | None = Field(
         None,
         ge=1,
         description="The same for completions received (retried attempts that got none are "
-        "free); `null`: no cap.",
+        "free) and requests a crash lost; `null`: no cap.",
     )
     max_usd: float | None = Field(
         None,
         gt=0,
         description="The same for USD; needs `target.price` and `reflector.price`; `null`: no cap.",
+    )
+    require_usage: bool = Field(
+        False,
+        description="With `max_tokens` or `max_usd` set, stop the run (exit code 2) at the first "
+        "reply whose server sends no `usage`, instead of metering its tokens by honed's estimate.",
     )
 
 

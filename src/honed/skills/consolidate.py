@@ -19,9 +19,10 @@ from honed.models.chat import ChatFailure
 from honed.skills.document import SkillDocument
 from honed.skills.merge import reply_json
 from honed.skills.prompts import render
-from honed.skills.reflect import DEFAULT_EVIDENCE, Evidence, cut_evidence
+from honed.skills.reflect import DEFAULT_EVIDENCE, Evidence
 from honed.skills.reflector import Reflector
 from honed.skills.rollout import Rollout
+from honed.text import cut_middle
 
 OUTCOMES = ("improved", "regressed", "persistent_failure", "stable_success")
 EXAMPLES_PER_OUTCOME = 5
@@ -55,8 +56,8 @@ def _render_outcomes(classes: dict[str, list[tuple[Rollout, Rollout]]], evidence
     def shown(r: Rollout) -> str:
         reasoning = ""
         if evidence.show_reasoning and r.reasoning:
-            reasoning = f"(reasoning: {cut_evidence(r.reasoning, evidence.max_chars)})\n"
-        return f"{reasoning}{cut_evidence(r.reply, evidence.max_chars)}"
+            reasoning = f"(reasoning: {cut_middle(r.reasoning, evidence.max_chars)})\n"
+        return f"{reasoning}{cut_middle(r.reply, evidence.max_chars)}"
 
     for name in ("improved", "regressed", "persistent_failure"):
         for b, a in classes[name][:EXAMPLES_PER_OUTCOME]:

@@ -1,72 +1,68 @@
-"""What a skill run costs: at most how many calls it makes and about how many tokens, before it
-starts (`honed skills train --dry-run`), and whether a `budget` cap is spent while it runs.
+"""What a skill run costs before it starts (`honed skills train --dry-run`): per stage, the calls,
+prompt tokens, completion tokens and USD it is expected to spend, and the most it can spend.
 
-The count of calls is an upper bound on first attempts, by stage, from the config alone: a
-step's training batch, the gate's selection items for its candidate, one reflection per
-minibatch (the most minibatches a batch can be cut into, failures and successes apart), one
-merge and one ranking, and at each epoch's end the consolidation's rollouts and call; then the
-held-out evaluation of the initial, best and final skills. Cached answers make the real count
-lower; retries (up to `max_retries` per call) come on top.
+**The bound (≤)** holds for any server, however it misbehaves, for one run from start to end:
 
-Tokens are estimated from the real prompts of the first step: the target's requests for the
-step's items and the selection items with the initial skill, and reflection prompts built from
-those items with replies as long as the reflector may be shown (`train.max_evidence_chars`).
-Completions count at their cap, `max_tokens`, where one is set; without it they are unknown,
-and so is the cost. Skills grow during a run (up to `skill.max_chars`), so later prompts are
-longer: the estimate is the first step's, repeated.
+- calls count every attempt: each call may be retried `max_retries` times, and a reflector call
+  (reflect, merge, rank, consolidate) cut at `max_tokens` is asked again once, with its own
+  retries; a target item of a `tools` environment is up to its `max_turns` requests;
+- a target request that failed is asked again when its skill is scored again: the gate scores
+  the current skill at every step (cached answers cost nothing, failed ones are re-asked) and
+  the candidate, so a step's gate may ask twice the selection items; an epoch's consolidated
+  skill the same; the held-out evaluation asks for the initial, best and final skills;
+- reflections are the most minibatches a batch can be cut into (failures and successes apart),
+  merges and rankings one a step;
+- prompt tokens are estimated (3 UTF-8 bytes per token, 4 per message) with the skill at
+  `skill.max_chars` and, for the reflector, the step buffer as full as an epoch can make it
+  (`reflector.max_prompt_tokens` caps a reflection prompt); completions count at `max_tokens`
+  (without it they are unbounded, and so is the cost).
+
+**The expectation (≈)** is a run on a server that behaves: one attempt per call, a gate that
+scores the candidate only, the usual number of minibatches, and the first step's real prompts
+with the initial skill (completions still at `max_tokens`, the most a call may write).
+
+Resuming a run redoes its cut step (what it had received comes from the journal, free), and a
+stopped run's failed requests are asked again: each run is bounded alone.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 
+from honed.models.budget import CAPS
 from honed.models.chat import Price
-from honed.skills.config import BudgetConfig, SkillsConfig
-
-# (budget key, usage counter, unit as shown)
-_CAPS = (
-    ("max_tokens", "total_tokens", "tokens"),
-    ("max_requests", "requests", "requests"),
-    ("max_usd", "usd", "USD"),
-)
-
-
-def budget_spent(budget: BudgetConfig, totals: Mapping[str, float]) -> str | None:
-    """The first cap of `budget` that the usage `totals` (`UsageMeter.totals`) reached, said in
-    a sentence, or None while there is budget left."""
-    for key, counter, unit in _CAPS:
-        cap = getattr(budget, key)
-        spent = totals.get(counter, 0)
-        if cap is not None and spent >= cap:
-            shown = f"{spent:.4f} of {cap:g}" if unit == "USD" else f"{spent:,.0f} of {cap:,}"
-            return f"budget.{key} reached: {shown} {unit} spent"
-    return None
+from honed.skills.config import SkillsConfig
 
 
 @dataclass
 class StageEstimate:
-    """At most `calls` first attempts of one stage, each with about `prompt_tokens` in and at
-    most `completion_tokens` out (None: no `max_tokens`, unbounded)."""
+    """One stage's calls, expected (`calls`) and at most (`max_calls`), with each call's
+    prompt tokens, expected and at most, and its completion's cap (None: no `max_tokens`)."""
 
     stage: str
     role: str  # "target" or "reflector"
     calls: int
+    max_calls: int
     prompt_tokens: int
+    max_prompt_tokens: int
     completion_tokens: int | None
 
-    def total_prompt(self) -> int:
+    def total_prompt(self, worst: bool = False) -> int:
+        if worst:
+            return self.max_calls * self.max_prompt_tokens
         return self.calls * self.prompt_tokens
 
-    def total_completion(self) -> int | None:
-        return None if self.completion_tokens is None else self.calls * self.completion_tokens
+    def total_completion(self, worst: bool = False) -> int | None:
+        if self.completion_tokens is None:
+            return None
+        return (self.max_calls if worst else self.calls) * self.completion_tokens
 
-    def usd(self, price: Price | None) -> float | None:
-        completion = self.total_completion()
+    def usd(self, price: Price | None, worst: bool = False) -> float | None:
+        completion = self.total_completion(worst)
         if price is None or completion is None:
             return None
-        return price.usd(self.total_prompt(), completion)
+        return price.usd(self.total_prompt(worst), completion)
 
 
 def most_minibatches(batch_size: int, minibatch_size: int, failure_only: bool) -> int:
@@ -80,11 +76,19 @@ def most_minibatches(batch_size: int, minibatch_size: int, failure_only: bool) -
     )
 
 
+def usual_minibatches(batch_size: int, minibatch_size: int, failure_only: bool) -> int:
+    """The reflection calls a batch usually needs: its minibatches, plus one where failures and
+    successes each leave a partial one."""
+    usual = math.ceil(batch_size / minibatch_size) + (0 if failure_only else 1)
+    return min(usual, most_minibatches(batch_size, minibatch_size, failure_only))
+
+
 @dataclass
 class FirstStep:
-    """The real prompts of a run's first step, with the initial skill: the target's requests
-    for the step's items, the selection items and the evaluation items, and the reflector's
-    prompts at their largest (`None` where the stage is off)."""
+    """The estimated prompt tokens of a run's first step: the target's requests for the
+    step's items, the selection items and the evaluation items, and the reflector's prompts at
+    their largest (`None` where the stage is off); with the initial skill for the expectation,
+    with the largest skill and step buffer for the bound."""
 
     rollout: list[int]  # estimated prompt tokens per request
     gate: list[int]
@@ -95,105 +99,162 @@ class FirstStep:
     consolidate: int | None
 
 
+@dataclass(frozen=True)
+class Shape:
+    """What the run's length and items make of the counts: steps, epochs, the items' requests
+    (an item of a `tools` environment is up to `max_turns` requests)."""
+
+    total_steps: int
+    steps_per_epoch: int
+    consolidation_items: int
+    turns_per_item: int  # the most requests any training item can take
+    gate_requests: int  # the selection items' requests, turns included
+    eval_requests: int
+
+
 def _mean(values: list[int]) -> int:
     return math.ceil(sum(values) / len(values)) if values else 0
 
 
+def _max(values: list[int]) -> int:
+    return max(values, default=0)
+
+
 def estimate_stages(
-    config: SkillsConfig,
-    first: FirstStep,
-    total_steps: int,
-    steps_per_epoch: int,
-    consolidation_items: int,
+    config: SkillsConfig, usual: FirstStep, worst: FirstStep, shape: Shape
 ) -> list[StageEstimate]:
-    """At most how many calls each stage makes over the run, and about how many tokens each
-    takes (see the module's docstring for what the numbers assume)."""
+    """Each stage's calls and tokens over the run, expected and at most (see the module's
+    docstring for what each assumes)."""
     train = config.train
-    epochs = math.ceil(total_steps / steps_per_epoch)
+    steps = shape.total_steps
+    epochs = math.ceil(steps / shape.steps_per_epoch)
     consolidating = config.consolidation.enabled
     target_out, reflector_out = config.target.max_tokens, config.reflector.max_tokens
-    # the gate: the initial skill, every step's candidate, every epoch's consolidated skill
-    gate_runs = 1 + total_steps + (epochs if consolidating else 0)
-    rows = [
-        StageEstimate(
-            "rollout", "target", total_steps * train.batch_size, _mean(first.rollout), target_out
-        ),
-        StageEstimate("gate", "target", gate_runs * len(first.gate), _mean(first.gate), target_out),
-        StageEstimate(
-            "reflect",
-            "reflector",
-            total_steps
-            * most_minibatches(train.batch_size, train.minibatch_size, train.failure_only),
-            first.reflect,
-            reflector_out,
-        ),
-    ]
-    if first.merge is not None:
-        rows.append(StageEstimate("merge", "reflector", total_steps, first.merge, reflector_out))
-    if first.rank is not None:
-        rows.append(StageEstimate("rank", "reflector", total_steps, first.rank, reflector_out))
-    if consolidating and first.consolidate is not None:
-        rows.append(
-            StageEstimate(
-                "consolidate_rollout",
-                "target",
-                epochs * 2 * consolidation_items,
-                _mean(first.rollout),
-                target_out,
+    target_tries = config.target.max_retries + 1
+    reflector_tries = 2 * (config.reflector.max_retries + 1)  # a cut reply is asked again once
+    gate_items = len(usual.gate)
+    gate_usual = 1 + steps + (epochs if consolidating else 0)
+    gate_most = 1 + 2 * steps + (2 * epochs if consolidating else 0)
+
+    def target(stage: str, calls: int, most: int, ours: list[int], theirs: list[int]) -> None:
+        if most:
+            rows.append(
+                StageEstimate(
+                    stage,
+                    "target",
+                    calls,
+                    most * target_tries,
+                    _mean(ours),
+                    _max(theirs),
+                    target_out,
+                )
             )
+
+    def reflector(stage: str, calls: int, most: int, ours: int | None, theirs: int | None) -> None:
+        if most and ours is not None and theirs is not None:
+            rows.append(
+                StageEstimate(
+                    stage, "reflector", calls, most * reflector_tries, ours, theirs, reflector_out
+                )
+            )
+
+    rows: list[StageEstimate] = []
+    batch = train.batch_size
+    target(
+        "rollout", steps * batch, steps * batch * shape.turns_per_item, usual.rollout, worst.rollout
+    )
+    target("gate", gate_usual * gate_items, gate_most * shape.gate_requests, usual.gate, worst.gate)
+    minibatches = (train.batch_size, train.minibatch_size, train.failure_only)
+    reflector(
+        "reflect",
+        steps * usual_minibatches(*minibatches),
+        steps * most_minibatches(*minibatches),
+        usual.reflect,
+        worst.reflect,
+    )
+    reflector("merge", steps, steps, usual.merge, worst.merge)
+    reflector("rank", steps, steps, usual.rank, worst.rank)
+    if consolidating:
+        items = shape.consolidation_items
+        target(
+            "consolidate_rollout",
+            epochs * 2 * items,
+            epochs * 2 * items * shape.turns_per_item,
+            usual.rollout,
+            worst.rollout,
         )
-        rows.append(
-            StageEstimate("consolidate", "reflector", epochs, first.consolidate, reflector_out)
-        )
-    # the held-out evaluation: initial, best and (when it differs) final skill
-    rows.append(StageEstimate("eval", "target", 3 * len(first.eval), _mean(first.eval), target_out))
-    return [row for row in rows if row.calls]
+        reflector("consolidate", epochs, epochs, usual.consolidate, worst.consolidate)
+    # the held-out evaluation: initial and best skill (usually the final one), at most three
+    target("eval", 2 * len(usual.eval), 3 * shape.eval_requests, usual.eval, worst.eval)
+    return rows
 
 
 def _usd(value: float | None) -> str | None:
     return None if value is None else f"{value:.4f}"
 
 
-# ≤: at most; ≈: an estimate
-ESTIMATE_HEADER = ("stage", "model", "calls ≤", "prompt tokens ≈", "completion tokens ≤", "USD ≈")
+# ≈: expected from a server that behaves; ≤: at most, whatever the server does
+ESTIMATE_HEADER = (
+    "stage",
+    "model",
+    "calls ≈",
+    "calls ≤",
+    "prompt tokens ≈",
+    "prompt tokens ≤",
+    "completion tokens ≤",
+    "USD ≈",
+    "USD ≤",
+)
 
 
 def estimate_report(
     config: SkillsConfig, rows: list[StageEstimate]
 ) -> tuple[list[list[object]], list[str]]:
     """The dry run's table (`ESTIMATE_HEADER`, a total last) and the notes that go with it: what
-    the numbers leave out, and where the run stands against its `budget`."""
+    the numbers assume, and where the run stands against its `budget`."""
     models = {"target": config.target, "reflector": config.reflector}
     table: list[list[object]] = []
-    total_prompt, total_completion, total_usd, calls = 0, 0, 0.0, 0
+    totals = {
+        worst: {"requests": 0.0, "prompt": 0.0, "completion": 0.0, "usd": 0.0}
+        for worst in (False, True)
+    }
     unbounded = unpriced = False
     for row in rows:
-        model = models[row.role]
-        usd = row.usd(model.price)
-        completion = row.total_completion()
-        table.append([row.stage, row.role, row.calls, row.total_prompt(), completion, _usd(usd)])
-        calls += row.calls
-        total_prompt += row.total_prompt()
-        unbounded |= completion is None
-        total_completion += completion or 0
-        unpriced |= usd is None
-        total_usd += usd or 0.0
+        price = models[row.role].price
+        cells: list[object] = [row.stage, row.role, row.calls, row.max_calls]
+        cells += [row.total_prompt(), row.total_prompt(worst=True)]
+        cells.append(row.total_completion(worst=True))
+        cells += [_usd(row.usd(price)), _usd(row.usd(price, worst=True))]
+        table.append(cells)
+        unbounded |= row.completion_tokens is None
+        unpriced |= price is None
+        for worst, total in totals.items():
+            total["requests"] += row.max_calls if worst else row.calls
+            total["prompt"] += row.total_prompt(worst)
+            total["completion"] += row.total_completion(worst) or 0
+            total["usd"] += row.usd(price, worst) or 0.0
+    usual, most = totals[False], totals[True]
     table.append(
         [
             "total",
             "",
-            calls,
-            total_prompt,
-            None if unbounded else total_completion,
-            None if unpriced else _usd(total_usd),
+            int(usual["requests"]),
+            int(most["requests"]),
+            int(usual["prompt"]),
+            int(most["prompt"]),
+            None if unbounded else int(most["completion"]),
+            None if unpriced or unbounded else _usd(usual["usd"]),
+            None if unpriced or unbounded else _usd(most["usd"]),
         ]
     )
     notes = [
-        "calls are first attempts: each may be retried up to max_retries times (target "
-        f"{config.target.max_retries}, reflector {config.reflector.max_retries}), and answers "
-        "already cached cost nothing",
-        "prompt tokens are estimated from the first step's prompts with the initial skill; the "
-        f"skill may grow to skill.max_chars ({config.skill.max_chars:,} characters)",
+        "≈ expects a server that behaves: one attempt per call and the first step's prompts "
+        "with the initial skill; cached answers cost nothing",
+        f"≤ is the most, whatever the server does: every call retried max_retries times (target "
+        f"{config.target.max_retries}, reflector {config.reflector.max_retries}; a reflector "
+        "reply cut at max_tokens asked again once), every failed target request asked again, "
+        f"the skill at skill.max_chars ({config.skill.max_chars:,} characters); prompt tokens "
+        "are estimated at 3 bytes per token",
     ]
     for role, model in models.items():
         if model.max_tokens is None:
@@ -202,18 +263,31 @@ def estimate_report(
             )
         if model.price is None:
             notes.append(f"no {config.key(role + '.price')}: no cost for the {role}'s calls")
-    totals = {"requests": calls, "total_tokens": total_prompt + total_completion, "usd": total_usd}
-    for key, counter, unit in _CAPS:
+    for key, counter, unit in CAPS:
         cap = getattr(config.budget, key)
         if cap is None:
             continue
-        reach = totals[counter] >= cap or (counter != "requests" and unbounded)
-        notes.append(
-            f"budget.{key} {cap:,} {unit}: "
-            + (
-                "the run may reach it and then stops after that step"
-                if reach
-                else "the run stays within it"
+        spend = {
+            worst: t["requests"]
+            if counter == "requests"
+            else t["usd"]
+            if counter == "usd"
+            else t["prompt"] + t["completion"]
+            for worst, t in totals.items()
+        }
+        open_ended = counter != "requests" and unbounded
+        if spend[True] <= cap and not open_ended:
+            verdict = "the run stays within it"
+        elif spend[False] <= cap and not open_ended:
+            verdict = (
+                "the run is expected to stay within it; at worst it stops before the request "
+                "that would pass it"
             )
-        )
+        elif spend[False] <= cap:
+            verdict = "the run may reach it: it stops before the request that would pass it"
+        else:
+            verdict = (
+                "the run is expected to reach it: it stops before the request that would pass it"
+            )
+        notes.append(f"budget.{key} {cap:,} {unit}: {verdict}")
     return table, notes

@@ -117,7 +117,7 @@ def decode_json(text: str) -> Any:
     return valid_values(repaired) if isinstance(repaired, dict | list) else None
 
 
-def _edit_list(data: Any) -> list[Any] | None:
+def edit_list(data: Any) -> list[Any] | None:
     """Where the edits live: a list, `{"edits": [...]}`, `{"patch": {"edits": [...]}}`, or a
     single edit object."""
     if isinstance(data, list):
@@ -150,7 +150,7 @@ def parse_edits(raw: Any) -> ParsedEdits:
             return ParsedEdits([], [f"could not decode JSON from the reply: {exc}"])
         if data is None:
             return ParsedEdits([], ["no JSON object or list found in the reply"])
-    items = _edit_list(data)
+    items = edit_list(data)
     if items is None:
         return ParsedEdits(
             [], ["no edit list found (expected a list, 'edits' or 'patch.edits')"], data

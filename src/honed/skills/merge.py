@@ -6,9 +6,10 @@ number of minibatches that proposed it (`from_failures` / `from_successes` split
 With `train.merge: llm` the reflector then combines near-duplicates and resolves conflicts in
 one call; each merged edit names the pool ids it stands for (`sources`) and its support is the
 sum of theirs. An LLM merge may shrink the pool, never grow it, and never invent: a merged edit
-that names no proposal, targets text none of its proposals targets, or whose content is not
-mostly (`MIN_WORDS_FROM_SOURCES`) made of its proposals' words is dropped and counted
-(`MergeResult.dropped`). If its reply is unusable the deterministic pool is kept and the reason
+that names no proposal, targets text none of its proposals targets, whose content is not
+mostly (`MIN_WORDS_FROM_SOURCES`) made of its proposals' words, or that turns what they say
+around (`reversal`: "the unit's name, not the bare number" merged from "the bare number, not the
+unit's name") is dropped and counted (`MergeResult.dropped`). If its reply is unusable the deterministic pool is kept and the reason
 recorded. (The original merged hierarchically in LLM
 calls of eight; one call over a deduplicated pool is cheaper and cannot loop.)
 
@@ -177,8 +178,65 @@ def _words(text: str) -> list[str]:
     return [w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w for w in words]
 
 
+# Words that turn what follows them in their clause around. A clause ends at punctuation or at
+# "but"; "n't" is a negation inside a word.
+_NEGATIONS = frozenset(
+    ["not", "never", "no", "without", "avoid", "instead", "rather", "except", "nor", "neither"]
+)
+_CLAUSE = re.compile(r"[.,;:!?\n()]|\bbut\b", re.IGNORECASE)
+
+
+def polarity(text: str) -> dict[str, set[bool]]:
+    """Each content word of `text` (as `_words` reads it) and whether it is said plainly
+    (`True`) or under a negation earlier in its clause (`False`); a word said both ways has
+    both."""
+    out: dict[str, set[bool]] = {}
+    for clause in _CLAUSE.split(text.lower()):
+        negated = False
+        for raw in _WORD.findall(clause.replace("n't", " not")):
+            if raw in _NEGATIONS:
+                negated = True
+                continue
+            for word in _words(raw):
+                if len(word) > 1:  # the "s" of "unit's"
+                    out.setdefault(word, set()).add(not negated)
+    return out
+
+
+def reversal(edit: Edit, parts: Sequence[PoolEdit]) -> str | None:
+    """Why `edit` says the opposite of the edits it merges, or None.
+
+    The rule: a word the merged edit only negates while its proposals only say it plainly, or
+    only says plainly while they only negate it, has been turned around ("answer with the
+    unit's name, not the bare number" from "answer with the bare number, not the unit's
+    name": `bare` and `number` are negated, `unit` and `name` asserted). A word said both ways
+    on either side proves nothing and is not counted; words the proposals do not use are the
+    word-share check's business (`MIN_WORDS_FROM_SOURCES`)."""
+    merged = polarity(edit.content)
+    sources: dict[str, set[bool]] = {}
+    for part in parts:
+        for word, ways in polarity(part.edit.content).items():
+            sources.setdefault(word, set()).update(ways)
+    flipped = {
+        word: ways
+        for word, ways in merged.items()
+        if len(ways) == 1 and len(sources.get(word, ways)) == 1 and sources.get(word, ways) != ways
+    }
+    if not flipped:
+        return None
+    said = []
+    for plainly, how in ((False, "negates"), (True, "asserts")):
+        words = sorted(w for w, ways in flipped.items() if plainly in ways)
+        if words:
+            said.append(f"{how} {', '.join(repr(w) for w in words)}")
+    return (
+        f"it says the opposite of the edits it merges: it {' and '.join(said)}, which they do not"
+    )
+
+
 def provenance_problem(edit: Edit, parts: Sequence[PoolEdit]) -> str | None:
-    """Why `edit`, merged from `parts`, does not come from them (None when it does)."""
+    """Why `edit`, merged from `parts`, does not come from them or turns them around (None when
+    it does neither)."""
     if not parts:
         return "it names no proposed edit it merges (sources)"
     if edit.op in NEEDS_TARGET:
@@ -194,7 +252,7 @@ def provenance_problem(edit: Edit, parts: Sequence[PoolEdit]) -> str | None:
                 f"only {share:.0%} of its words come from the edits it merges (at least "
                 f"{MIN_WORDS_FROM_SOURCES:.0%} must)"
             )
-    return None
+    return reversal(edit, parts)
 
 
 def merge_prompt(skill: SkillDocument, pool: Sequence[PoolEdit]) -> str:

@@ -35,6 +35,7 @@ from honed.skills.edits import Edit, parse_edits
 from honed.skills.prompts import render
 from honed.skills.reflector import Reflector
 from honed.skills.rollout import Rollout
+from honed.text import cut_middle
 
 FAILURE, SUCCESS = "failure", "success"
 
@@ -167,21 +168,6 @@ class Evidence:
 DEFAULT_EVIDENCE = Evidence()
 
 
-def cut_evidence(text: str, max_chars: int) -> str:
-    """`text` if it is at most `max_chars` long, else its head and tail around a marker that
-    says how many characters were left out, all within `max_chars` (the head and tail alone
-    when the limit leaves no room for the marker)."""
-    if len(text) <= max_chars:
-        return text
-    marker = f"\n[... {len(text)} characters left out ...]\n"  # the longest it can be
-    keep = max(max_chars - len(marker), 0)
-    head, tail = keep - keep // 2, keep // 2
-    left_out = len(text) - head - tail
-    if keep == 0:
-        return text[:max_chars]
-    return f"{text[:head]}\n[... {left_out} characters left out ...]\n{text[len(text) - tail :]}"
-
-
 def render_traces(rollouts: Sequence[Rollout], evidence: Evidence = DEFAULT_EVIDENCE) -> str:
     """The attempts as the reflector reads them: whole prompts, replies cut as `evidence` says;
     in a tools environment, the whole conversation (each call and result) instead of the reply."""
@@ -191,11 +177,11 @@ def render_traces(rollouts: Sequence[Rollout], evidence: Evidence = DEFAULT_EVID
         expected = "" if r.expected is None else f"\n\nExpected answer:\n{r.expected}"
         reasoning = ""
         if evidence.show_reasoning and r.reasoning:
-            reasoning = f"Target's reasoning:\n{cut_evidence(r.reasoning, evidence.max_chars)}\n\n"
+            reasoning = f"Target's reasoning:\n{cut_middle(r.reasoning, evidence.max_chars)}\n\n"
         cut = " (cut short: it reached the target's max_tokens)" if r.truncated else ""
-        said = f"Target's reply{cut}:\n{cut_evidence(r.reply, evidence.max_chars)}"
+        said = f"Target's reply{cut}:\n{cut_middle(r.reply, evidence.max_chars)}"
         if isinstance(r.messages, list):
-            conversation = cut_evidence(render_conversation(r.messages), evidence.max_chars)
+            conversation = cut_middle(render_conversation(r.messages), evidence.max_chars)
             said = (
                 f"Target's conversation (its turns, tool calls and results){cut}:\n{conversation}"
             )

@@ -8,17 +8,65 @@ stage's `failed` counter) with a warning naming the key to raise, spelled as the
 spells it (`reflector.max_tokens`, or `optimizer.max_tokens` in a config that still uses the old
 name). Every other failure (retries spent, an empty reply, a refused request) is the chat
 client's `ChatFailure`, which each stage turns into its own fallback.
+
+A reflector served with tool calling may answer in `tool_calls` instead of text. Their arguments
+are then read as the reply when they hold what the stage asks for (`readers`: edits for
+reflect and merge, a ranking, guidance), counted in the stage's `tool_calls`; otherwise the call
+fails as `invalid`, with the tools' names in its reason, instead of passing for an empty reply
+that proposes nothing.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
-from honed.models.chat import ChatClient, ChatFailure
+from honed.models.chat import ChatClient, ChatFailure, ChatReply
+from honed.skills.edits import edit_list
 
 log = logging.getLogger(__name__)
+
+
+def _edits(values: list[Any]) -> str | None:
+    """Edits (reflect, merge) from tool calls' arguments: every call's edit list and the first
+    `summary`, as one reply; None when no call holds either (a call to some other tool)."""
+    edits: list[Any] = []
+    summary = None
+    found = False
+    for value in values:
+        listed = edit_list(value)
+        if listed is not None:
+            edits += listed
+            found = True
+        if summary is None and isinstance(value, dict):
+            summary = value.get("summary") or value.get("failure_summary")
+            found = found or summary is not None
+    if not found:
+        return None
+    return json.dumps({"summary": summary or "", "edits": edits}, ensure_ascii=False)
+
+
+def _holding(*keys: str) -> Callable[[list[Any]], str | None]:
+    """The first call's arguments that hold one of `keys` (a ranking, guidance)."""
+
+    def read(values: list[Any]) -> str | None:
+        for value in values:
+            if isinstance(value, dict) and any(k in value for k in keys):
+                return json.dumps(value, ensure_ascii=False)
+        return None
+
+    return read
+
+
+# How each stage reads a reply made of tool calls.
+READERS: dict[str, Callable[[list[Any]], str | None]] = {
+    "reflect": _edits,
+    "merge": _edits,
+    "rank": _holding("ranking"),
+    "consolidate": _holding("guidance"),
+}
 
 
 def _as_written(key: str) -> str:
@@ -44,40 +92,44 @@ class Reflector:
         """The prompt tokens `prompt` will cost, as the client estimates them."""
         return self.client.estimate_tokens([{"role": "user", "content": prompt}])
 
+    def _options(self, stage: str) -> dict[str, Any]:
+        return {"truncated_retries": 1, "tool_arguments": READERS.get(stage)}
+
+    def _text(self, result: ChatReply | ChatFailure, stage: str) -> str | ChatFailure:
+        """A reply's text, or the failure, worded for a reply cut at max_tokens twice."""
+        if isinstance(result, ChatReply):
+            return result.text
+        if result.kind != "truncated":
+            return result
+        key = self.key("reflector.max_tokens")
+        log.warning(
+            "the reflector's %s reply was cut at max_tokens (%s) twice and counts as failed; "
+            "raise %s",
+            stage,
+            self.client.config.max_tokens,
+            key,
+        )
+        return ChatFailure(f"{result}; the call counts as failed: raise {key}", result.kind)
+
     def ask(self, prompt: str, stage: str) -> str:
         """The reply to one prompt; a `ChatFailure` when there is no whole reply."""
         try:
-            reply = self.client.complete(
-                [{"role": "user", "content": prompt}], stage, truncated_retries=1
+            reply: ChatReply | ChatFailure = self.client.complete(
+                [{"role": "user", "content": prompt}], stage, **self._options(stage)
             )
         except ChatFailure as exc:
-            if exc.kind == "truncated":
-                key = self.key("reflector.max_tokens")
-                log.warning(
-                    "the reflector's %s reply was cut at max_tokens (%s) twice and counts as "
-                    "failed; raise %s",
-                    stage,
-                    self.client.config.max_tokens,
-                    key,
-                )
-                raise ChatFailure(
-                    f"{exc}; the call counts as failed: raise {key}", exc.kind
-                ) from None
-            raise
-        return reply.text
+            reply = exc
+        text = self._text(reply, stage)
+        if isinstance(text, ChatFailure):
+            raise text
+        return text
 
     def ask_many(self, prompts: Sequence[str], stage: str) -> list[str | ChatFailure]:
         """The replies to many prompts, in order, sent together (up to the client's
-        concurrency); a failed call is its `ChatFailure` in its place."""
-        if not prompts:
-            return []
-        workers = min(self.client.config.concurrency, len(prompts))
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(self._ask_or_failure, p, stage) for p in prompts]
-            return [f.result() for f in futures]
-
-    def _ask_or_failure(self, prompt: str, stage: str) -> str | ChatFailure:
-        try:
-            return self.ask(prompt, stage)
-        except ChatFailure as exc:
-            return exc
+        concurrency); a failed call is its `ChatFailure` in its place. A `BudgetStop` is
+        raised once the calls in flight are back."""
+        out: list[str | ChatFailure] = [ChatFailure("not asked", "gave_up")] * len(prompts)
+        batch = [[{"role": "user", "content": p}] for p in prompts]
+        for i, result in self.client.complete_many(batch, stage, **self._options(stage)):
+            out[i] = self._text(result, stage)
+        return out

@@ -43,8 +43,8 @@ def config_changes(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -
     as for GRPO (`honed.runs.lifecycle.resume_changes`). A run's config saved with the keys'
     earlier names (`optimizer`, `schedule`) is read under the new ones, silently: the run's own
     file is no one's to fix. A run started before the edit budget had `anchor` and `rounding`,
-    or before the skill loop had a `logging` or `budget` section, is compared as having used
-    what honed did then."""
+    or before the skill loop had a `logging` or `budget` section (or `budget.require_usage`),
+    is compared as having used what honed did then."""
     if not isinstance(before, Mapping):
         return []
     with suppress(ValueError):  # both names: honed never saved such a config; compare it as is
@@ -56,6 +56,9 @@ def config_changes(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -
         before = {**before, "logging": LoggingConfig().model_dump(mode="json")}
     if "budget" not in before and "budget" in after:  # no section, no caps: as honed did then
         before = {**before, "budget": BudgetConfig().model_dump(mode="json")}
+    budget = before.get("budget")
+    if isinstance(budget, Mapping) and "require_usage" not in budget:  # estimates were all
+        before = {**before, "budget": {**budget, "require_usage": False}}
     return resume_changes(before, after)
 
 

@@ -8,6 +8,9 @@
                                 gate.json, step.json
     consolidation/epoch_01/     per epoch, when consolidation is on
     cache/rollouts.jsonl        target answers by (skill hash, environment, item)
+    journal.jsonl               every request sent and reply received, before use: what the
+                                run spent, and replies a resumed run takes instead of paying
+                                again (`honed.models.journal`)
     state.json                  everything `--resume` needs, rewritten after every step
     summary.json                written at the end
     eval/                       `honed skills eval` results
@@ -38,6 +41,7 @@ class SkillRunDir(RunDir):
         "steps",
         "consolidation",
         "cache",
+        "journal.jsonl",
         "state.json",
     )
 
@@ -62,6 +66,10 @@ class SkillRunDir(RunDir):
     @property
     def cache_path(self) -> Path:
         return self.file("cache", "rollouts.jsonl")
+
+    @property
+    def journal_path(self) -> Path:
+        return self.file("journal.jsonl")
 
     @property
     def state_path(self) -> Path:
@@ -103,7 +111,9 @@ class SkillRunDir(RunDir):
 
     def discard_progress(self) -> None:
         """A fresh start in a directory with an unfinished beginning (no state to resume):
-        forget every version, step and summary, but keep the rollout cache, which stays valid."""
+        forget every version, step and summary, but keep the rollout cache, which stays valid,
+        and the journal: what was paid for here is counted, and its replies are not paid
+        again."""
         for path in (self.file("skills"), self.steps, self.file("consolidation")):
             _remove(path)
         for path in (self.best_path, self.summary_path, self.state_path):

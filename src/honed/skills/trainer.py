@@ -10,19 +10,27 @@ At an epoch's end: optional consolidation of the protected guidance region, and 
 is cleared. The best skill by selection score is kept in `best_skill.md`; at the end the initial
 and best skills are evaluated on the held-out split and `summary.json` is written.
 
-Everything with state (the edit budget's position, sampler, step buffer, token counts, skill
-versions, scores) is saved in `state.json` after every step, and target answers are cached on
-disk by skill hash as they arrive, so `--resume` continues after the last finished step, spends
-nothing twice, and ends with the same skills as an uninterrupted run. The settings come from the
-config in force, not the checkpoint (`honed.skills.resume`), and a finished run is left as it is.
+Everything with state (the edit budget's position, sampler, step buffer, skill versions,
+scores) is saved in `state.json` after every step; target answers are cached on disk by skill
+hash as they arrive, and every request and reply of both models is journaled before it is used
+(`journal.jsonl`, `honed.models.journal`), so `--resume` continues after the last finished
+step, takes what a crashed step had received from the journal instead of paying again, counts
+what the run spent from the journal, and ends with the same skills as an uninterrupted run. The
+settings come from the config in force, not the checkpoint (`honed.skills.resume`), and a
+finished run is left as it is.
+
+The `budget` is checked before every request (`honed.models.budget`): a request that could pass
+a cap is not sent, the step stops there (its record written, its state not saved: `--resume`
+with a larger budget redoes it from the journal), and the summary names the cap; the held-out
+evaluation counts against the budget too, and is skipped, said so, when it does not fit.
 
 A misbehaving server costs a step's proposals, not the run: a failed reflection drops its
 minibatch's proposals, a step whose every reflection failed is `skipped`, a failed target
 request leaves its item out of the scores. What stops a run goes through the run lifecycle,
 with the state of the last finished step saved and the reason in `summary.json`: a step in
 which more than `target.max_failed_fraction` of the target's replies failed, three skipped
-steps in a row (both errors: exit code 2), a `budget` cap reached, or `train.patience` steps in
-a row without an accepted candidate.
+steps in a row, the last steps of the run included (both errors: exit code 2), a `budget` cap
+reached, or `train.patience` steps in a row without an accepted candidate.
 """
 
 from __future__ import annotations
@@ -41,7 +49,9 @@ from honed.config import dump_config
 from honed.envs.base import SingleTurnEnv
 from honed.envs.registry import build_envs
 from honed.errors import HonedError
+from honed.models.budget import BudgetStop, Caps, spent_reason
 from honed.models.chat import BYTES_PER_TOKEN, USAGE_FIELDS, ChatClient, UsageMeter
+from honed.models.journal import Journal
 from honed.runs.files import atomic_write_dir, atomic_write_json, atomic_write_text
 from honed.runs.lifecycle import (
     Change,
@@ -54,12 +64,13 @@ from honed.runs.lifecycle import (
 from honed.runs.progress import Reporter
 from honed.runs.sinks import Sinks
 from honed.sampling.sampler import Sampler
+from honed.skills.agent import is_tool_env
 from honed.skills.config import SkillsConfig
 from honed.skills.consolidate import EXAMPLES_PER_OUTCOME, OUTCOMES, consolidation_prompt, propose
 from honed.skills.cost import (
     FirstStep,
+    Shape,
     StageEstimate,
-    budget_spent,
     estimate_stages,
     most_minibatches,
 )
@@ -111,6 +122,16 @@ SKIPPED_STEPS_TO_STOP = 3
 TRUNCATED_SHARE_TO_WARN = 0.1
 # What a dry run assumes a proposed edit is, for the merge and rank prompts: a sentence or two.
 ASSUMED_EDIT = "- " + "When the task says so, answer in the form it asks for. " * 3
+
+
+def _largest_skill(initial: SkillDocument, max_chars: int) -> SkillDocument:
+    """`initial` grown to `max_chars` characters of plain words: the largest skill a run can
+    send, for the dry run's bound on prompt tokens."""
+    room = max_chars - len(initial.text) - 1
+    if room <= 0:
+        return initial
+    filler = ("- Follow the rule. " * (room // 19 + 1))[:room]
+    return SkillDocument(f"{initial.text}\n{filler}")
 
 
 def build_skill_envs(config: SkillsConfig) -> dict[str, SingleTurnEnv]:
@@ -216,8 +237,26 @@ class SkillTrainer:
         self.reporter = reporter or Reporter(enabled=False)
         self.envs = build_skill_envs(config)
         self.usage = UsageMeter()
-        self.target = ChatClient(config.target, self.usage)
-        self.reflector_client = ChatClient(config.reflector, self.usage)
+        budget = config.budget
+        self.caps = Caps(
+            self._spent,
+            budget.max_tokens,
+            budget.max_requests,
+            budget.max_usd,
+            budget.require_usage,
+        )
+        cap = config.train.max_stored_reply_chars
+        self.target = ChatClient(config.target, self.usage, self.caps, cap)
+        self.reflector_client = ChatClient(config.reflector, self.usage, self.caps, cap)
+        self.journal: Journal | None = None
+        # usage a run saved before it had a journal (None: everything is in the journal)
+        self._usage_before_journal: dict[str, dict[str, float]] | None = None
+        # the settings the run last saved with, to tell whether a resume gives the budget room
+        self._saved_config: dict[str, Any] = {}
+        # a budget cap an epoch's end ran into (after its step was done): the run stops there,
+        # and the journal's replay for the resumed run starts where that epoch's end began
+        self._budget_stop: Stop | None = None
+        self._journal_mark: int | None = None
         self.reflector = Reflector(
             self.reflector_client, config.reflector.max_prompt_tokens, config.key
         )
@@ -253,19 +292,33 @@ class SkillTrainer:
         self.reflector_client.check()
 
     def close(self) -> None:
+        """Close both clients (cutting what is still in flight: a second Ctrl-C must not wait
+        for a hanging server) and the journal."""
         self.target.close()
         self.reflector_client.close()
+        if self.journal is not None:
+            self.journal.close()
+
+    def _spent(self) -> dict[str, float]:
+        """What the budget is checked against: the usage totals, with the requests a crash
+        lost counted as requests (the server may have billed them)."""
+        totals = self.usage.totals()
+        totals["requests"] = totals.get("requests", 0) + totals.get("lost", 0)
+        return totals
 
     def setup(self, resume: bool) -> bool:
         """Start a run, or load the one to resume; False when that one had already finished, in
         which case nothing is written (no second evaluation or summary)."""
         self.life = RunLifecycle(self.run, self.reporter)
         state = self.life.open(resume, self.run.read_state)
+        self.journal = Journal(self.run.journal_path)
         if state is None:
             self.run.discard_progress()
+            self._count_from_journal(None)
         else:  # checked and loaded before anything is written: a refused resume changes nothing
             changes = self._check_resume(state)
             self.load_state_dict(state)
+            self._count_from_journal(state)
             self.life.resumed(self.run.state_path, self.step, [escape(str(c)) for c in changes])
             if self._finished():
                 stopped = self._persistent_stop()
@@ -273,6 +326,7 @@ class SkillTrainer:
                 self.reporter.note(f"the run {how} after step {self.step}: nothing to do")
                 return False
         self.life.start(dump_config(self.config), Sinks(self.run, self.config), self.step)
+        self._warn_unbounded()
         self.cache = RolloutCache(self.run.cache_path)
         self.runner = TargetRunner(
             self.target,
@@ -292,6 +346,34 @@ class SkillTrainer:
         self._start_from_initial_skill()
         return True
 
+    def _count_from_journal(self, state: dict[str, Any] | None) -> None:
+        """Count the run's usage from its journal (plus what a run saved before it had one),
+        and offer the replies journaled since the saved state to the steps that redo them."""
+        assert self.journal is not None
+        saved = (state or {}).get("journal")
+        if isinstance(saved, dict):
+            self._usage_before_journal = saved.get("before")
+            self.journal.replay_from(int(saved.get("offset", 0)))
+        else:  # a new run, or one saved by a honed that kept its usage in state.json alone
+            before = (state or {}).get("usage")
+            self._usage_before_journal = before.get("stages") if isinstance(before, dict) else None
+            self.journal.replay_from(0)
+        self.usage.attach(self.journal, self._usage_before_journal)
+
+    def _warn_unbounded(self) -> None:
+        """A cap on tokens or USD cannot hold a request without `max_tokens` to its worst case:
+        say so once, naming the key to set."""
+        budget = self.config.budget
+        if budget.max_tokens is None and budget.max_usd is None:
+            return
+        for role in ("target", "reflector"):
+            if getattr(self.config, role).max_tokens is None:
+                log.warning(
+                    "%s is not set: a request's completion has no bound, so budget.max_tokens "
+                    "and budget.max_usd can be passed by the completions in flight; set it",
+                    self.config.key(f"{role}.max_tokens"),
+                )
+
     def _start_from_initial_skill(self) -> None:
         """Version 1: the configured initial skill, scored on the selection items."""
         try:
@@ -304,8 +386,16 @@ class SkillTrainer:
                 f"skill.init has {len(initial.text)} characters, more than skill.max_chars "
                 f"({limit}); shorten it or raise skill.max_chars"
             )
-        with self.reporter.status("scoring the initial skill on the selection split"):
-            scores, rollouts = self.score(initial, "gate")
+        try:
+            with self.reporter.status("scoring the initial skill on the selection split"):
+                scores, rollouts = self.score(initial, "gate")
+        except BudgetStop as exc:
+            if exc.error:
+                raise HonedError(exc.reason) from None
+            raise HonedError(
+                f"{exc.reason}, before the initial skill was scored: raise the budget (what was "
+                "received is journaled and not paid again)"
+            ) from None
         self._check_target(rollouts, "scoring the initial skill", in_step=False)
         self.current = initial
         self.initial_scores = self.current_scores = self.best_scores = scores
@@ -343,28 +433,57 @@ class SkillTrainer:
     # ------------------------------------------------------------------ cost
 
     def estimate(self) -> list[StageEstimate]:
-        """At most how many calls each stage of the run makes, and about how many tokens, from
-        the real prompts of its first step (`honed skills train --dry-run`; see
-        `honed.skills.cost`). Asks no model and writes nothing."""
+        """Each stage's calls and tokens over the run, expected and at most, from the real
+        prompts of its first step (`honed skills train --dry-run`; see `honed.skills.cost`).
+        Asks no model and writes nothing."""
+        config = self.config
+        try:
+            initial = SkillDocument(config.skill.initial_text())
+        except SkillFormatError as exc:
+            raise HonedError(f"skill.init: {exc}") from None
         train_items = sum(len(env.items("train")) for env in self.envs.values())
-        consolidation_items = min(self.config.consolidation.num_items, train_items)
-        return estimate_stages(
-            self.config,
-            self.first_step(),
-            self.total_steps,
-            self.steps_per_epoch,
-            consolidation_items,
-        )
+        ev = config.eval
+        eval_items = evaluation_items(self.envs, ev.split, ev.num_items)
 
-    def first_step(self) -> FirstStep:
-        """The estimated prompt tokens of the first step's calls, with the initial skill: the
+        def turns(item: Item) -> int:
+            env = self.envs[item.env]
+            return int(getattr(env, "max_turns", 1)) if is_tool_env(env) else 1
+
+        shape = Shape(
+            total_steps=self.total_steps,
+            steps_per_epoch=self.steps_per_epoch,
+            consolidation_items=min(config.consolidation.num_items, train_items),
+            turns_per_item=max(
+                (turns(i) for env in self.envs.values() for i in env.items("train")), default=1
+            ),
+            gate_requests=sum(turns(i) for i in self.gate_items),
+            eval_requests=sum(turns(i) for i in eval_items),
+        )
+        usual = self.first_step(initial, StepBuffer())
+        worst = self.first_step(
+            _largest_skill(initial, config.skill.max_chars), self._full_buffer()
+        )
+        return estimate_stages(config, usual, worst, shape)
+
+    def _full_buffer(self) -> StepBuffer:
+        """The step buffer as full as an epoch can make it before its last step: every earlier
+        step's pattern from each minibatch, and its candidate's edits rejected."""
+        train = self.config.train
+        buffer = StepBuffer()
+        batches = most_minibatches(train.batch_size, train.minibatch_size, train.failure_only)
+        edits = [Edit("append", "", ASSUMED_EDIT)] * self.edit_budget.max_lr
+        for step in range(1, min(self.steps_per_epoch, self.total_steps)):
+            buffer.patterns += [
+                {"step": step, "source": FAILURE, "summary": ASSUMED_EDIT}
+            ] * batches
+            buffer.add_rejected(step, edits, 0.0, 0.0, "")
+        return buffer
+
+    def first_step(self, skill: SkillDocument, buffer: StepBuffer) -> FirstStep:
+        """The estimated prompt tokens of the first step's calls with `skill` and `buffer`: the
         target's real requests, and the reflector's prompts built from the step's real items
         with replies as long as the reflector may be shown."""
         config = self.config
-        try:
-            skill = SkillDocument(config.skill.initial_text())
-        except SkillFormatError as exc:
-            raise HonedError(f"skill.init: {exc}") from None
         runner = TargetRunner(self.target, self.envs, config.skill.preamble)
         sampler = Sampler.from_config(self.envs, config.envs, config.curriculum, config.seed)
         items = sampler.next_items(config.train.batch_size, 0, self.total_steps)
@@ -386,7 +505,7 @@ class SkillTrainer:
         ]
         batch = Minibatch(FAILURE, answers[: config.train.minibatch_size])
         budget = self.edit_budget.max_lr
-        prompt, _ = fitted_prompt(self.reflector, skill, batch, StepBuffer(), budget, self.evidence)
+        prompt, _ = fitted_prompt(self.reflector, skill, batch, buffer, budget, self.evidence)
         # no prompt: not even one attempt fits under max_prompt_tokens (every reflection fails)
         reflect_tokens = self.reflector.estimate_tokens(prompt) if prompt else 0
         train = config.train
@@ -453,7 +572,13 @@ class SkillTrainer:
             "scheduler": self.edit_budget.state_dict(),
             "sampler": self.sampler.state_dict(),
             "buffer": self.buffer.state_dict(),
+            # what the run has spent, for a person reading this file: a resumed run counts it
+            # from the journal, whose length at this save is where its replay starts
             "usage": self.usage.state_dict(),
+            "journal": {
+                "offset": self._journal_offset(),
+                "before": self._usage_before_journal,
+            },
             "history": self.history,
             "versions": self.versions,
             # the settings this state was reached with, to say what a resume changes
@@ -463,7 +588,8 @@ class SkillTrainer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the run's state; the edit budget keeps the config's settings and takes only
-        its position, so later steps get the budgets the config in force gives them."""
+        its position, so later steps get the budgets the config in force gives them. The usage
+        is counted from the journal (`_count_from_journal`), not from here."""
         self.step = state["step"]
         self.epochs_closed = state["epochs_closed"]
         self.current_version = state["current_version"]
@@ -475,8 +601,9 @@ class SkillTrainer:
         self.edit_budget.load_state_dict(state["scheduler"])
         self.sampler.load_state_dict(state["sampler"])
         self.buffer.load_state_dict(state["buffer"])
-        self.usage.load_state_dict(state["usage"])
         self.history = list(state["history"])
+        saved = state.get("config")
+        self._saved_config = dict(saved) if isinstance(saved, dict) else {}
         self.versions = list(state["versions"])
 
     # ------------------------------------------------------------------ the lifecycle's loop
@@ -485,8 +612,27 @@ class SkillTrainer:
         return self.step >= self.total_steps
 
     def after_step(self, record: dict[str, Any]) -> None:
+        """Close the epoch when the step ended one. A budget cap met there leaves the step done
+        and saved and the epoch open (a resumed run closes it): the run stops (`stop_reason`)."""
         if self._epoch_ends_now():
+            self._close_epoch_within_budget()
+
+    def _close_epoch_within_budget(self) -> None:
+        """Close the epoch; a budget cap met there stops the run (`_budget_stop`) with the epoch
+        left open, and the replies its end had received offered again to the resumed run."""
+        mark = self._journal_offset()
+        try:
             self.close_epoch()
+        except BudgetStop as exc:
+            self._budget_stop = Stop("budget", exc.reason, error=exc.error)
+            self._journal_mark = mark
+
+    def _journal_offset(self) -> int:
+        """Where a resumed run's replay starts: the journal's end, or the start of an epoch's
+        end that the budget cut short."""
+        if self._journal_mark is not None:
+            return self._journal_mark
+        return 0 if self.journal is None else self.journal.size
 
     def checkpoint_due(self) -> bool:
         """Always: a step costs model calls, so its state is never recomputed."""
@@ -505,11 +651,38 @@ class SkillTrainer:
             f"selection {self.gate.metric(self.current_scores):.3f}"
         )
 
+    def _budget_has_room(self) -> bool:
+        """Whether the config in force may let a run its budget stopped go on: a cap raised (or
+        lifted), or a model's `max_tokens` or `price` changed (a request's worst case with it)."""
+        saved = self._saved_config
+        caps = saved.get("budget") if isinstance(saved.get("budget"), dict) else {}
+        for key in ("max_tokens", "max_requests", "max_usd"):
+            before, now = caps.get(key), getattr(self.config.budget, key)
+            if before is not None and (now is None or now > before):
+                return True
+        now = self.config.model_dump(mode="json")
+        for role in ("target", "reflector"):
+            model = saved.get(role) if isinstance(saved.get(role), dict) else {}
+            for key in ("max_tokens", "price"):
+                if key in model and model[key] != now[role][key]:
+                    return True
+        return False
+
     def _persistent_stop(self) -> Stop | None:
-        """A stop that holds until the config changes: a budget cap reached, patience spent."""
-        spent = budget_spent(self.config.budget, self.usage.totals())
+        """A stop that holds until the config changes: a budget cap reached (or a request it had
+        no room for, while the caps stay as they were), patience spent."""
+        limits = self.config.budget.model_dump(include={"max_tokens", "max_requests", "max_usd"})
+        spent = spent_reason(limits, self._spent())
         if spent is not None:
             return Stop("budget", spent)
+        summary = self.run.read_summary()
+        stopped = summary.get("stopped") or {}
+        if (
+            summary.get("steps") == self.step
+            and stopped.get("kind") == "budget"
+            and not self._budget_has_room()
+        ):
+            return Stop("budget", str(stopped.get("reason")))
         patience = self.config.train.patience
         waited = 0
         for record in reversed(self.history):
@@ -528,22 +701,28 @@ class SkillTrainer:
         """`requested`: the skill loop runs in one process."""
         return requested
 
+    def _skipped_stop(self) -> Stop | None:
+        """`SKIPPED_STEPS_TO_STOP` skipped steps in a row, the last run by this process: the
+        reflector's server needs a person (an error, at the run's last step too)."""
+        if not self._last_step_skipped:
+            return None
+        skipped = 0
+        for record in reversed(self.history):
+            if record["outcome"] != "skipped":
+                break
+            skipped += 1
+        if skipped < SKIPPED_STEPS_TO_STOP:
+            return None
+        return Stop(
+            "reflector",
+            f"every reflection failed in {skipped} steps in a row: the reflector server is "
+            f"misbehaving (last problem: {self.history[-1]['reason']})",
+            error=True,
+        )
+
     def stop_reason(self) -> Stop | None:
         """Why the run must stop now (asked by the lifecycle before and after each step)."""
-        if self._last_step_skipped:
-            skipped = 0
-            for record in reversed(self.history):
-                if record["outcome"] != "skipped":
-                    break
-                skipped += 1
-            if skipped >= SKIPPED_STEPS_TO_STOP:
-                return Stop(
-                    "reflector",
-                    f"every reflection failed in {skipped} steps in a row: the reflector "
-                    f"server is misbehaving (last problem: {self.history[-1]['reason']})",
-                    error=True,
-                )
-        return self._persistent_stop()
+        return self._budget_stop or self._skipped_stop() or self._persistent_stop()
 
     # ------------------------------------------------------------------ skills
 
@@ -578,25 +757,43 @@ class SkillTrainer:
         current skill, reflect on its failures (and successes), merge and rank the proposed
         edits, apply the top ones within the budget, and let the gate decide on the candidate.
         Everything the step saw and decided is written to its step directory. A step whose
-        every reflection failed is skipped: no candidate, nothing else asked."""
+        every reflection failed is skipped: no candidate, nothing else asked.
+
+        A request the `budget` has no room for stops the step where it is: what the step had
+        done and spent is written to its directory (`outcome: stopped`), and the run stops
+        without saving the step (`StopRun`), so `--resume` with a larger budget redoes it,
+        taking what it had received from the journal."""
         step = self.step + 1
         usage_before = self.usage.usage()
         self._step_target = [0, 0]
+        record: dict[str, Any] = {"step": step, "epoch": self._epoch_of(step)}
+        files: dict[str, Any] = {}
+        try:
+            self._step(step, record, files)
+        except BudgetStop as exc:
+            record.update(outcome="stopped", reason=exc.reason)
+            record.update(_usage_delta(usage_before, self.usage.usage()))
+            files["step.json"] = record
+            atomic_write_dir(self.run.step_dir(step), lambda tmp: _write_files(tmp, files))
+            raise StopRun(Stop("budget", exc.reason, error=exc.error)) from None
+        record.update(_usage_delta(usage_before, self.usage.usage()))
+        files["step.json"] = record
+        atomic_write_dir(self.run.step_dir(step), lambda tmp: _write_files(tmp, files))
+        self.history.append(record)
+        self.step = step
+        return record
+
+    def _step(self, step: int, record: dict[str, Any], files: dict[str, Any]) -> None:
+        """The work of `train_step`, filling the step's `record` and `files` as it goes (so a
+        step stopped half-way can still say what it had done)."""
         budget = self.edit_budget.step()
+        record.update(budget=budget, autonomous=self.edit_budget.is_autonomous)
         rollouts = self._answer_batch(step)
+        files["rollouts.json"] = [r.to_dict() for r in rollouts]
         batches, reflections = self._reflect(step, rollouts)
         failed = [r for r in reflections if r.error is not None]
-        record: dict[str, Any] = {
-            "step": step,
-            "epoch": self._epoch_of(step),
-            "budget": budget,
-            "autonomous": self.edit_budget.is_autonomous,
-            "proposed": sum(len(r.edits) for r in reflections),
-        }
-        files: dict[str, Any] = {
-            "rollouts.json": [r.to_dict() for r in rollouts],
-            "proposed_edits.json": [r.to_dict() for r in reflections],
-        }
+        record["proposed"] = sum(len(r.edits) for r in reflections)
+        files["proposed_edits.json"] = [r.to_dict() for r in reflections]
         if batches and len(failed) == len(reflections):
             reason = f"every reflection failed ({len(failed)}); last problem: {failed[-1].error}"
             log.warning("step %d skipped: %s", step, reason)
@@ -608,13 +805,7 @@ class SkillTrainer:
         self._last_step_skipped = verdict.outcome == "skipped"
         record.update(self._step_counts(rollouts, reflections, merge_dropped))
         record.update(self._verdict_record(verdict, rollouts, len(batches)))
-        record.update(_usage_delta(usage_before, self.usage.usage()))
         files["gate.json"] = verdict.to_dict(self.config.gate.split, len(self.gate_items))
-        files["step.json"] = record
-        atomic_write_dir(self.run.step_dir(step), lambda tmp: _write_files(tmp, files))
-        self.history.append(record)
-        self.step = step
-        return record
 
     def _candidate(
         self,
@@ -908,13 +1099,15 @@ class SkillTrainer:
         if not self.setup(resume):
             return self.run.read_summary()
         if self._epoch_ends_now():  # a resumed run that stopped right at an epoch's end
-            self.close_epoch()
+            self._close_epoch_within_budget()
             self.save()
         stop = self.life.steps(self, "skill steps", self.total_steps)
-        spent = budget_spent(self.config.budget, self.usage.totals())
-        if stop is None and spent is not None:  # at the last step: no evaluation beyond it
-            stop = Stop("budget", spent)
-        summary = self.life.close(self.summary(self.life.seconds, stop))
+        if stop is None:  # the last step: asked here, as the lifecycle asks only before one
+            stop = self._budget_stop or self._skipped_stop() or self._persistent_stop()
+            if stop is not None and stop.kind == "patience":
+                stop = None  # the run ended at its last step, patience or not
+        held_out, skipped, stop = self._held_out(stop)
+        summary = self.life.close(self.summary(self.life.seconds, stop, held_out, skipped))
         if stop is not None and stop.error:
             raise RunStopped(stop, self.step, self.saved())
         return summary
@@ -927,28 +1120,45 @@ class SkillTrainer:
         self._check_target(rollouts, f"evaluating on {ev.split}", in_step=False)
         return metrics(rollouts)
 
-    def _held_out(self, stop: Stop | None) -> tuple[dict[str, Any], str | None]:
+    def _held_out(self, stop: Stop | None) -> tuple[dict[str, Any], str | None, Stop | None]:
         """The held-out evaluation of the initial, best (and final) skills, or why it was
         skipped: a run stopped by its budget must not spend more, nor one stopped by a server
-        that misbehaves."""
+        that misbehaves; and the run's stop, which is the budget's when the evaluation meets
+        a request the budget has no room for (what it received stays cached)."""
         if stop is not None and stop.kind != "patience":
-            return {}, (
-                f"stopped ({stop.kind}): score best_skill.md with honed skills eval --run-dir"
+            return (
+                {},
+                f"stopped ({stop.kind}): score best_skill.md with honed skills eval --run-dir",
+                stop,
             )
         store = self.run.skills
-        with self.reporter.status(
-            f"evaluating the initial and best skills on {self.config.eval.split}"
-        ):
-            held_out = {
-                "initial": self.evaluate(store.load(1)),
-                "best": self.evaluate(store.load(self.best_version)),
-            }
-            if self.current_version != self.best_version:
-                held_out["final"] = self.evaluate(self.current)
-        return held_out, None
+        try:
+            with self.reporter.status(
+                f"evaluating the initial and best skills on {self.config.eval.split}"
+            ):
+                held_out = {
+                    "initial": self.evaluate(store.load(1)),
+                    "best": self.evaluate(store.load(self.best_version)),
+                }
+                if self.current_version != self.best_version:
+                    held_out["final"] = self.evaluate(self.current)
+        except BudgetStop as exc:
+            skipped = (
+                f"cut short by the budget ({exc.reason}): score best_skill.md with honed "
+                "skills eval --run-dir (the answers received are in the run's cache)"
+            )
+            return {}, skipped, Stop("budget", exc.reason, error=exc.error)
+        return held_out, None, stop
 
-    def summary(self, seconds: float, stop: Stop | None = None) -> dict[str, Any]:
-        held_out, skipped = self._held_out(stop)
+    def summary(
+        self,
+        seconds: float,
+        stop: Stop | None = None,
+        held_out: dict[str, Any] | None = None,
+        skipped: str | None = None,
+    ) -> dict[str, Any]:
+        """The run's summary, with the held-out evaluation's results (`_held_out`)."""
+        held_out = held_out or {}
         by_outcome: dict[str, list[int]] = {
             "accepted": [],
             "rejected": [],
@@ -1007,7 +1217,7 @@ def evaluate_skill(
     target server first; answers already in `cache` (a run's) cost nothing."""
     reporter = reporter or Reporter(enabled=False)
     envs = build_skill_envs(config)
-    with ChatClient(config.target) as client:
+    with ChatClient(config.target, max_reply_chars=config.train.max_stored_reply_chars) as client:
         client.check()
         runner = TargetRunner(client, envs, config.skill.preamble, cache)
         items = evaluation_items(envs, split, num_items)
