@@ -114,6 +114,19 @@ def test_a_false_skip_is_counted_and_the_rate_weighs_each_probe_by_what_it_stand
     assert f.metrics()["sampling/probes"] == 2.0
 
 
+def test_a_probe_drawn_before_a_checkpoint_is_matched_with_its_group_after_it():
+    """With rollouts ahead of the learner (`distributed.max_staleness`), a checkpoint falls
+    between a draw and its group: the chance the draw had is in the state."""
+    f = _filter()
+    f.observe([_group("a", "failed")] * 3)
+    f.choose("e", lambda: Item("a", "e", {}))
+    resumed = _filter()
+    resumed.load_state_dict(f.state_dict())
+    resumed.observe([_group("a", "spread")])
+    m = resumed.metrics()
+    assert (m["sampling/probes"], m["sampling/false_skips"]) == (1.0, 1.0)
+
+
 def test_when_every_candidate_is_skipped_the_last_is_generated_and_counted():
     f = _filter(p_start=0.01, p_min=0.0, max_draws=3)
     f.observe([_group("a", "solved")] * 3)
