@@ -252,3 +252,14 @@ def test_the_skip_state_round_trips_through_a_checkpoint_file(tmp_path):
 def test_without_skipping_the_sampler_state_holds_no_history():
     assert "skip" not in _sampler().state_dict()
     assert _sampler().skip is None
+
+
+def test_a_history_kept_by_another_key_is_dropped_on_resume():
+    by_item = _sampler(enabled=True)
+    by_item.observe([_group("solved0", "solved", "outcomes")] * 2)
+    p_easy = by_item.skip.p_easy
+    by_kind = _sampler(enabled=True, key="difficulty")
+    by_kind.load_state_dict(by_item.state_dict())
+    # the item keys' streaks would never be read again under difficulty keys: none is kept
+    assert by_kind.state_dict()["skip"]["streaks"] == {}
+    assert by_kind.skip.p_easy == p_easy  # the rest of the state is kept
