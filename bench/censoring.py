@@ -16,8 +16,9 @@ the other's budget). So here:
 - a mean and standard deviation are only ever taken over exact values, with the count of the
   censored beside them.
 
-A curve is a list of evaluations `[step, accuracy, rollouts, train CPU s, train wall s]` (older
-result files have only the first three); its first point is the warm-start at step 0.
+A curve is a list of evaluations `[step, accuracy, rollouts, train CPU s, train wall s, tokens]`
+(older result files have only the first three or five); its first point is the warm-start at
+step 0. Tokens to a target follow the same rules as rollouts: a censored run's are its total.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class Crossing:
     """Where one run first reached a target, or that it never did (`censored`).
 
     `rollouts` is the crossing point, or, when censored, the run's total (the value is larger);
-    `step`, `cpu_s` and `wall_s` likewise (None when the curve did not record times).
+    `step`, `cpu_s`, `wall_s` and `tokens` likewise (None when the curve did not record them).
     """
 
     rollouts: int
@@ -44,27 +45,33 @@ class Crossing:
     cpu_s: float | None
     wall_s: float | None
     censored: bool
+    tokens: int | None = None
 
     def cell(self, what: str = "rollouts") -> str:
-        """`12,345 (40)` (rollouts, and the step), `> 400,000 (censored)`; CPU/wall seconds."""
+        """`12,345 (40)` (rollouts, and the step), `> 400,000 (censored)`; CPU/wall seconds,
+        tokens."""
         if what == "rollouts":
             text = f"{self.rollouts:,}"
             return f"> {text} (censored)" if self.censored else f"{text} ({self.step})"
-        value = self.cpu_s if what == "cpu" else self.wall_s
+        value = {"cpu": self.cpu_s, "wall": self.wall_s, "tokens": self.tokens}[what]
         if value is None:
             return "n/a"
         return f"> {value:,.0f} (censored)" if self.censored else f"{value:,.0f}"
 
 
-def crossing(curve: Sequence[Sequence[float]], gain: float, total: int) -> Crossing:
+def crossing(
+    curve: Sequence[Sequence[float]], gain: float, total: int, total_tokens: int | None = None
+) -> Crossing:
     """The first evaluation after step 0 at or above warm-start + `gain`, or censored at the end
-    of the curve (rollouts: `total`, what the run generated in all)."""
+    of the curve (rollouts: `total`, what the run generated in all; tokens: `total_tokens`)."""
     target = curve[0][1] + gain - _TOLERANCE
     for point in curve[1:]:
         if point[1] >= target:
-            return Crossing(int(point[2]), int(point[0]), *_times(point), censored=False)
+            tokens = int(point[5]) if len(point) >= 6 else None
+            return Crossing(int(point[2]), int(point[0]), *_times(point), False, tokens)
     last = curve[-1]
-    return Crossing(int(total), int(last[0]), *_times(last), censored=True)
+    tokens = total_tokens if len(last) >= 6 else None
+    return Crossing(int(total), int(last[0]), *_times(last), True, tokens)
 
 
 def _times(point: Sequence[float]) -> tuple[float | None, float | None]:

@@ -32,7 +32,15 @@ Arms (everything else equal, every arm from the same warm-start per seed): `unif
 sampling (a step draws until 64 groups have spread, at most 6 rounds), and `uniform-nods` and
 `frontier-nods`, the same strategies with dynamic sampling off (a step is 64 groups, spread or
 not: whether a curriculum helps by what it trains on or only by what it does not generate).
-The budget is 400,000 rollouts per run, every group drawn counted, kept or filtered;
+Issue 34 adds arms that decide what to generate, on `uniform`: `skip` (`curriculum.skip`, items
+whose last groups had no reward spread skipped before rollout), `screen` (`trainer.screening`,
+`--screen-rollouts` = 4 of the 8 rollouts first, the rest only where they disagree) and
+`skip+screen`, each also with dynamic sampling off (`skip-nods`, `screen-nods`,
+`skip+screen-nods`). Their settings are honed's defaults and the screen size an untuned
+choice; they have been run only in a pilot of a reduced budget on seed 100 (bench/README.md),
+so seeds 20-25 remain unused by them.
+The budget is 400,000 rollouts per run, every completion generated counted (screening's
+included), kept or filtered;
 `--max-steps` is the number of steps a fixed batch takes within that budget, which is also the
 length of the schedules of `easy_first` and `competence_based` (with dynamic sampling their
 steps cost more, so the budget ends them before their schedules do). Seeds 20, 21 and 22 were never run while the setting was
@@ -63,6 +71,12 @@ SETTING = {
         "easy_first",
         "uniform-nods",
         "frontier-nods",
+        "skip",
+        "screen",
+        "skip+screen",
+        "skip-nods",
+        "screen-nods",
+        "skip+screen-nods",
     ],
     "env": [env_spec("sort:2-12:1")],
     "sft_steps": 100,

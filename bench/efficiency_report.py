@@ -68,18 +68,24 @@ def report(args: argparse.Namespace, results: list[dict]) -> None:
     summary_rows = []
     for gain in args.gains:
         hits = {
-            a: {s: crossing(r["curve"], gain, r["rollouts_total"]) for s, r in runs[a].items()}
+            a: {
+                s: crossing(r["curve"], gain, r["rollouts_total"], r.get("tokens_total"))
+                for s, r in runs[a].items()
+            }
             for a in arms
         }
+        # tokens to the target, where the results recorded them (issue 34 on)
+        tokens = any(c.tokens is not None for by_seed in hits.values() for c in by_seed.values())
         print(f"\n#### Rollouts to warm-start + {gain:g} (step in brackets)\n")
         header = ["arm", *(f"seed {s}" for s in seeds), "median over seeds"]
         table(
-            header,
+            header + (["tokens to target, median"] if tokens else []),
             [
                 [
                     a,
                     *(hits[a][s].cell() if s in hits[a] else NOT_RUN for s in seeds),
                     median_cell(list(hits[a].values())),
+                    *([median_cell(list(hits[a].values()), "tokens")] if tokens else []),
                 ]
                 for a in arms
             ],
@@ -297,6 +303,8 @@ def describe(args: argparse.Namespace) -> str:
         if args.dynamic_sampling
         else "fixed batch"
     )
+    if any("screen" in arm for arm in args.arms):
+        sampling += f", screening with {args.screen_rollouts} rollouts (arms named *screen*)"
     train = f"{args.train_per_level} per level" if args.train_per_level else "4000 per environment"
     warm = (
         f"{args.sft_train_per_level} per level" if args.sft_train_per_level else "the train split"

@@ -8,7 +8,11 @@ groups have no reward spread and carry no gradient. Each *arm* (`--arms`) is a c
 strategy (`frontier` draws items by learnability p(1 − p), `uniform` every item alike,
 `competence_based` and `easy_first` by difficulty bins), with dynamic sampling as
 `--dynamic-sampling` says, or off for an arm named `STRATEGY-nods`; nothing else differs
-between the arms of a seed.
+between the arms of a seed. Three arms decide what to generate instead, on `uniform` (issue
+34): `skip` (`curriculum.skip`: items whose last groups had no reward spread are skipped
+before rollout, GRESO's rule), `screen` (`trainer.screening`: `--screen-rollouts` rollouts
+first, the rest of the group only where they disagree) and `skip+screen`; each also as
+`-nods`.
 
 Items must repeat for a per-item estimate of p to exist, so the GRPO training split is small
 (`--train-per-level` items per level) and drawn from many times. The warm-start learns from a
@@ -18,9 +22,10 @@ disjoint from every training item), greedy, as the mean over environments of exa
 
 Rollouts are counted where they are spent, in generation. With dynamic sampling (DAPO) a step
 keeps drawing groups until `--prompts` of them have reward spread, at most `--max-rounds`
-rounds: every group drawn counts (`sampling/rollouts_total` in the run's metrics), kept or not,
-times `--generations`. Without it a step draws exactly `--prompts` groups, so the count is
-steps × prompts × generations. Every arm gets the same budget, `--max-rollouts` completions
+rounds: every completion generated counts (`rollouts/generated` in the run's metrics), kept or
+not, screening rollouts included (a group screening stopped counts its `--screen-rollouts`).
+Without dynamic sampling or screening a step draws exactly `--prompts` groups, so the count is
+steps × prompts × generations. Tokens generated are recorded beside them (`tokens/generated`). Every arm gets the same budget, `--max-rollouts` completions
 (`trainer.max_rollouts`), not the same number of steps: an arm whose steps cost fewer rollouts
 takes more steps within it. Training time is measured too (this process's CPU time and the
 wall time of the training steps, evaluations left out).
@@ -61,21 +66,32 @@ from honed.sampling.curriculum import STRATEGIES
 from honed.types import Item, derive_seed
 
 NO_DYNAMIC_SAMPLING = "-nods"
+# arms that decide what to generate, on the `uniform` strategy: (skip, screen)
+GENERATION_ARMS = {"skip": (True, False), "screen": (False, True), "skip+screen": (True, True)}
 # what may differ between result files reported together (`--results A.json B.json`)
 VARY_BETWEEN_FILES = {
     *("seeds", "jobs", "threads", "out", "plot", "work", "results", "machine", "date"),
     *("gains", "gain", "collect"),
     *("arms", "strategies", "baseline"),  # files may hold other arms of a seed (merged below)
 }
-ARMS = (*STRATEGIES, *(s + NO_DYNAMIC_SAMPLING for s in STRATEGIES))
+ARMS = tuple(
+    arm + suffix for arm in (*STRATEGIES, *GENERATION_ARMS) for suffix in ("", NO_DYNAMIC_SAMPLING)
+)
 
 
-def arm_settings(arm: str, args: argparse.Namespace) -> tuple[str, bool]:
-    """(curriculum strategy, dynamic sampling) of an arm: `frontier`, or `uniform-nods` for
-    `uniform` with dynamic sampling off."""
+def arm_settings(arm: str, args: argparse.Namespace) -> dict[str, Any]:
+    """What an arm sets: `frontier` its strategy, `uniform-nods` `uniform` with dynamic sampling
+    off, `skip+screen` `uniform` with skipping and screening."""
+    name, dynamic_sampling = arm, args.dynamic_sampling
     if arm.endswith(NO_DYNAMIC_SAMPLING):
-        return arm.removesuffix(NO_DYNAMIC_SAMPLING), False
-    return arm, args.dynamic_sampling
+        name, dynamic_sampling = arm.removesuffix(NO_DYNAMIC_SAMPLING), False
+    skip, screen = GENERATION_ARMS.get(name, (False, False))
+    return {
+        "strategy": "uniform" if name in GENERATION_ARMS else name,
+        "dynamic_sampling": dynamic_sampling,
+        "skip": skip,
+        "screening": args.screen_rollouts if screen else 0,
+    }
 
 
 def env_spec(text: str) -> dict:
@@ -96,7 +112,7 @@ def env_spec(text: str) -> dict:
 
 def bench_config(seed: int, arm: str, args: argparse.Namespace, sft_pool: bool = False) -> Config:
     env_args = {"validation_size": args.validation_size}
-    strategy, dynamic_sampling = arm_settings(arm, args)
+    settings = arm_settings(arm, args)
 
     def train_size(env: dict) -> dict:  # 0: the environment's default split (4000 items)
         per_level = args.sft_train_per_level if sft_pool else args.train_per_level
@@ -124,10 +140,14 @@ def bench_config(seed: int, arm: str, args: argparse.Namespace, sft_pool: bool =
                 "warmup_steps": 5,
                 "max_completion_length": args.max_completion_length,
                 "temperature": args.temperature,
-                "dynamic_sampling": dynamic_sampling,
+                "dynamic_sampling": settings["dynamic_sampling"],
                 "max_sampling_rounds": args.max_rounds,
+                "screening": {"rollouts": settings["screening"]},
             },
-            "curriculum": {"strategy": strategy},
+            "curriculum": {
+                "strategy": settings["strategy"],
+                "skip": {"enabled": settings["skip"]},
+            },
             "eval": {"split": "validation", "num_items": None, "every": args.eval_every},
             "checkpoint": {"every": 0},
             "logging": {"progress": False, "samples_per_step": 0},
@@ -181,9 +201,10 @@ def result_of(seed: int, arm: str, run_dir: RunDir, summary: dict) -> dict:
     rows = run_dir.read_jsonl(run_dir.metrics_path)
     steps = {r["step"]: r for r in rows if "sampling/rollouts_total" in r}
     evals = {r["step"]: r for r in rows if "eval/accuracy" in r}
-    # [step, held-out accuracy, rollouts generated so far (every group drawn, kept or not),
-    # training CPU s, training wall s] at every evaluation; the first is the warm-start
-    curve = [[0, summary["initial_eval"]["accuracy"], 0, 0.0, 0.0]]
+    # [step, held-out accuracy, rollouts generated so far (every completion, kept or not),
+    # training CPU s, training wall s, tokens generated so far] at every evaluation; the first
+    # is the warm-start
+    curve = [[0, summary["initial_eval"]["accuracy"], 0, 0.0, 0.0, 0]]
     for step in sorted(s for s in evals if s > 0):
         spent = steps[step]
         curve.append(
@@ -193,9 +214,11 @@ def result_of(seed: int, arm: str, run_dir: RunDir, summary: dict) -> dict:
                 int(spent["sampling/rollouts_total"]),
                 round(spent["bench/train_cpu_s"], 2),
                 round(spent["bench/train_wall_s"], 2),
+                int(spent["tokens/generated"]),
             ]
         )
     first = steps.get(1, {})
+    last = steps[max(steps)] if steps else {}
     return {
         **groups_spent(list(steps.values())),
         "seed": seed,
@@ -204,7 +227,15 @@ def result_of(seed: int, arm: str, run_dir: RunDir, summary: dict) -> dict:
         "final_accuracy": curve[-1][1],
         "curve": curve,
         "rollouts_total": summary["rollouts"],
+        "tokens_total": summary["tokens_generated"],
+        "rollouts_kept": int(last.get("rollouts/kept", 0)),
         "steps": summary["steps"],
+        # skipping before rollout: candidates skipped over the run, and the estimated share of
+        # them that would have had spread (absent without `curriculum.skip`)
+        "skip": {
+            "skipped": last.get("sampling/skipped_total"),
+            "false_skip_rate": last.get("sampling/false_skip_rate"),
+        },
         # the first step's groups: how many were drawn, and the share with no reward spread
         # (without dynamic sampling: the share of a batch that carries no signal at the start)
         "first_step": {
@@ -342,6 +373,12 @@ def build_parser(doc: str, defaults: dict[str, Any] | None = None) -> argparse.A
     parser.add_argument("--generations", type=int, default=8)
     parser.add_argument("--dynamic-sampling", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--max-rounds", type=int, default=6)
+    parser.add_argument(
+        "--screen-rollouts",
+        type=int,
+        default=4,
+        help="rollouts each item gets first in the arms that screen (not tuned)",
+    )
     parser.add_argument(
         "--max-rollouts", type=int, default=400_000, help="each run's budget in completions"
     )

@@ -28,7 +28,7 @@ class DieOnceEnv(DigitShareEnv):
         super().__init__(name, seed)
         self.flag, self.learner_pid, self.calls = flag, learner_pid, 0
 
-    def rollout(self, items, generator, num_generations, seed):
+    def rollout(self, items, generator, num_generations, seed, first_generation=0):
         self.calls += 1
         if self.calls == 2 and os.getpid() != self.learner_pid:
             try:
@@ -37,7 +37,7 @@ class DieOnceEnv(DigitShareEnv):
                 pass
             else:
                 os._exit(1)
-        return super().rollout(items, generator, num_generations, seed)
+        return super().rollout(items, generator, num_generations, seed, first_generation)
 
 
 class NaNEnv(DigitShareEnv):

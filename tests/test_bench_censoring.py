@@ -209,3 +209,13 @@ def test_a_seeds_remaining_arms_from_another_file_are_merged(tmp_path: Path) -> 
     assert setting["arms"] == ["uniform", "frontier", "easy_first", "uniform-nods"]
     assert setting["baseline"] == "uniform"  # the first file's
     assert len(results) == 4
+
+
+def test_tokens_to_a_target_follow_the_rollouts_rules() -> None:
+    curve = [[*point, 100 * point[2]] for point in CURVE]
+    found = crossing(curve, 0.05, total=12_000, total_tokens=1_300_000)
+    assert (found.tokens, found.cell("tokens")) == (1_100_000, "1,100,000")
+    censored = crossing(curve, 0.06, total=12_000, total_tokens=1_300_000)
+    assert (censored.tokens, censored.cell("tokens")) == (1_300_000, "> 1,300,000 (censored)")
+    assert crossing(CURVE, 0.05, total=12_000, total_tokens=5).tokens is None  # not recorded
+    assert censored_median([found, censored], "tokens") == (None, "1 of 2 censored")

@@ -21,7 +21,7 @@ import pytest
 import torch
 from numerics import assert_weights_close
 from scaleout_helpers import LORA, LoraServer, PolicyServer, scaleout_data
-from tiny_run import small_config
+from tiny_run import half_spread_env_data, small_config
 
 from honed.errors import HonedError
 from honed.models.policy import Policy
@@ -108,6 +108,36 @@ def test_asynchronous_ray_run_matches_the_in_process_lagged_run(cluster, tmp_pat
     # Off-policy tokens are weighted by pi_old / mu, and mu comes from the workers' batches of
     # half the items: not the in-process batch's shape, so its last bits differ on some CPUs.
     assert_weights_close(run.policy.model.state_dict(), local.policy.model.state_dict())
+
+
+SCREENED = (
+    "trainer.screening.rollouts=2",
+    "trainer.dynamic_sampling=true",
+    "trainer.max_sampling_rounds=2",
+    "trainer.max_steps=3",
+)
+
+
+def test_screening_on_ray_workers_ends_with_the_in_process_weights(cluster, tmp_path):
+    """Half the items never have spread: their screens stop, the others go on (their rest
+    seeded as in the whole group, wherever it is generated)."""
+
+    def train(name: str, *more: str) -> GRPOTrainer:
+        data = half_spread_env_data(tmp_path / name)
+        trainer_ = GRPOTrainer(
+            small_config(tmp_path / name, *SCREENED, *more, data=data),
+            RunDir(tmp_path / name / "run"),
+        )
+        trainer_.train()
+        return trainer_
+
+    local, run = train("inprocess"), train("ray", *RAY)
+    assert _same_weights(run, local)
+    rows, local_rows = _rows(run), _rows(local)
+    for key in ("rollouts/generated", "tokens/generated", "rollouts/kept", "loss"):
+        assert [r.get(key) for r in rows] == [r.get(key) for r in local_rows], key
+    drawn = sum(r["sampling/groups_drawn"] for r in rows)
+    assert 2 * drawn < rows[-1]["rollouts/generated"] < 4 * drawn  # some stopped, some went on
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from scaleout_helpers import PolicyServer
-from tiny_run import small_config, spread_env_data
+from tiny_run import half_spread_env_data, small_config, spread_env_data
 
 from honed.config import ServerConfig
 from honed.distributed.server import CompletionsGenerator
@@ -120,3 +120,22 @@ def test_server_rollouts_run_ahead_on_a_background_thread(tmp_path):
     assert reloads == ["step_0", "step_1", "step_2", "step_3"]
     rows = [r for r in trainer.run.read_jsonl(trainer.run.metrics_path) if "reward/mean" in r]
     assert [r["async/staleness_max"] for r in rows] == [0.0, 1.0, 1.0]
+
+
+def test_screening_against_an_inference_server_asks_only_for_what_it_counts(tmp_path):
+    with PolicyServer() as server:
+        cfg = small_config(
+            tmp_path,
+            "trainer.max_steps=2",
+            "trainer.screening.rollouts=2",
+            "distributed.backend=server",
+            f"distributed.server={{base_url: {server.base_url}, model: {server.model}}}",
+            data=half_spread_env_data(tmp_path),
+        )
+        trainer = GRPOTrainer(cfg, RunDir(tmp_path / "run"))
+        trainer.train()
+        completions = [r for r in server.http.requests if r.path == "/v1/completions"]
+    rows = [r for r in trainer.run.read_jsonl(trainer.run.metrics_path) if "reward/mean" in r]
+    # one request per completion: exactly the rollouts counted, fewer than 2 steps x 4 x 4 as
+    # some groups stopped after 2, more than 2 x 4 x 2 as others went on
+    assert 2 * 4 * 2 < len(completions) == rows[-1]["rollouts/generated"] < 2 * 4 * 4

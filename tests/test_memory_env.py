@@ -149,6 +149,22 @@ def test_rollouts_are_reproducible_and_independent_of_batch():
     assert [t.info for t in together[1].trajectories] == [t.info for t in alone[0].trajectories]
 
 
+def test_generations_from_first_generation_on_are_those_of_the_whole_group():
+    """Screening asks for the rest of a group with `first_generation`: it must be the whole
+    group's rest, chunk turn for chunk turn."""
+    env = MemoryEnv("memory", test_size=2)
+    items = env.items("test")
+
+    def reply(prompt: str, seed: int) -> str:
+        return f'[{{"i":"s","c":"x{seed % 5} y"}}]' if seed % 3 else "[]"
+
+    whole = env.rollout(items, ScriptedGenerator(reply), 4, seed=5)
+    rest = env.rollout(items, ScriptedGenerator(reply), 2, seed=5, first_generation=2)
+    for w, r in zip(whole, rest, strict=True):
+        assert [t.info for t in r.trajectories] == [t.info for t in w.trajectories[2:]]
+        assert [t.info for t in r.trajectories] != [t.info for t in w.trajectories[:2]]
+
+
 def test_env_satisfies_the_protocol_and_checks_its_arguments():
     env = MemoryEnv("memory", seed=1, train_size=3, chatter=1)
     assert isinstance(env, Environment)

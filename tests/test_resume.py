@@ -17,7 +17,7 @@ import signal
 import pytest
 import torch
 from safetensors.torch import load_file
-from tiny_run import noisy_env_data, small_config, spread_env_data
+from tiny_run import half_spread_env_data, noisy_env_data, small_config, spread_env_data
 
 from honed.cli import main
 from honed.errors import HonedError
@@ -114,6 +114,41 @@ def test_resume_repeats_the_uninterrupted_run_bit_for_bit(tmp_path, micro_batch_
         assert normalizer.state_dict() == resumed.normalizers[name].state_dict()
     # the curriculum saw every group of the four steps
     assert resumed.sampler.curricula["digits"].metrics_dict()["curriculum/total_updates"] == 16
+
+
+def test_resume_with_skipping_and_screening_repeats_the_run_bit_for_bit(tmp_path):
+    """The skip history (streaks, p_easy and p_hard, its generator, the chances of the draws
+    not yet observed) and the rollout counts are in the checkpoint: the resumed run skips,
+    screens and counts exactly as the uninterrupted one."""
+    settings = (
+        "curriculum.skip.enabled=true",
+        "curriculum.skip.p_step=0.1",
+        "trainer.screening.rollouts=2",
+        "trainer.dynamic_sampling=true",
+        "trainer.max_sampling_rounds=2",
+        "trainer.max_steps=6",
+        "logging.samples_per_step=4",
+    )
+
+    def config(sub: str, *more: str):
+        return small_config(tmp_path / sub, *settings, *more, data=half_spread_env_data(tmp_path))
+
+    straight = GRPOTrainer(config("a"), RunDir(tmp_path / "a/run"))
+    straight.train()
+    _interrupt_after(GRPOTrainer(config("b", "checkpoint.every=1"), RunDir(tmp_path / "b/run")), 3)
+    resumed = GRPOTrainer(config("b"), RunDir(tmp_path / "b/run"))
+    resumed.train(resume=True)
+    rows = _rows(resumed.run)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert rows == _rows(straight.run)
+    assert _completions(resumed.run) == _completions(straight.run)
+    assert resumed.sampler.state_dict() == straight.sampler.state_dict()
+    assert resumed.counts == straight.counts
+    wa, wb = _weights(straight.run, 6), _weights(resumed.run, 6)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    # it did skip after the resume, and some screens stopped
+    assert rows[-1]["sampling/skipped_total"] > rows[2]["sampling/skipped_total"] > 0
+    assert rows[-1]["rollouts/generated"] < 4 * sum(r["sampling/groups_drawn"] for r in rows)
 
 
 def test_interrupted_and_resumed_run_ends_as_the_uninterrupted_one(tmp_path):

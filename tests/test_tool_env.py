@@ -275,6 +275,11 @@ def test_rollouts_do_not_depend_on_the_batch_and_record_true_logprobs(data, tiny
     together = env.rollout(items, sampler, 2, seed=3)[1]
     for a, b in zip(alone.trajectories, together.trajectories, strict=True):
         assert a.segments[0].completion_ids == b.segments[0].completion_ids
+    # screening's rest of a group (`first_generation`) is the whole group's rest
+    [rest] = env.rollout(items[1:2], sampler, 1, seed=3, first_generation=1)
+    assert rest.trajectories[0].segments[0].completion_ids == (
+        alone.trajectories[1].segments[0].completion_ids
+    )
     # The recorded behaviour log-probs are the model's own on the model tokens of the episode.
     segment = together.trajectories[0].segments[0]
     batch = make_batch(

@@ -95,6 +95,22 @@ def spread_env_data(tmp_path) -> dict:
     return data
 
 
+class HalfSpreadEnv(DigitShareEnv):
+    """`DigitShareEnv` on its odd items; every completion of an even item scores 0: half the
+    groups have no spread whatever the policy, so screening stops some and completes others."""
+
+    def score(self, item: Item, completion: str) -> Score:
+        if item.data["i"] % 2 == 0:
+            return Score(reward=0.0, success=0.0)
+        return super().score(item, completion)
+
+
+def half_spread_env_data(tmp_path) -> dict:
+    data = small_config_data(tmp_path)
+    data["envs"] = [{"name": "half", "type": "tiny_run:HalfSpreadEnv"}]
+    return data
+
+
 class NoisyDigitShareEnv(DigitShareEnv):
     """`DigitShareEnv` whose rewards also carry a little noise from the process-wide random
     generators of Python, NumPy and torch, as a user's environment might: a resumed run gives

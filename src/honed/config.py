@@ -210,6 +210,22 @@ def check_envs(envs: list[EnvConfig]) -> None:
         raise ValueError("the environments' min_share values add up to more than 1")
 
 
+class ScreeningConfig(Strict):
+    """Screening (SPEED-RL's idea): a few rollouts first, the rest of the group only where they
+    disagree, so that a group without reward spread costs `rollouts` completions instead of
+    `num_generations`."""
+
+    rollouts: int = Field(
+        0,
+        ge=0,
+        description="Rollouts each item gets first (at least 2, fewer than `num_generations`); "
+        "an item whose screening rewards agree (standard deviation of the unit rewards below "
+        "`zero_std_tolerance`) stops there, the others get `num_generations` − `rollouts` more "
+        "and the group's advantages use all of them. Each rollout has the seed it would have "
+        "in an unscreened group, so a group that goes on is the unscreened group. 0: off.",
+    )
+
+
 class TrainerConfig(Strict):
     """The GRPO loop. Keys are named as in TRL's GRPOConfig where the meaning is the same; the
     defaults are honed's own (README, configuration reference)."""
@@ -219,9 +235,11 @@ class TrainerConfig(Strict):
         None,
         ge=1,
         description="Also stop after the step at which this many completions were generated "
-        "(every group a step drew counts, kept or filtered by dynamic sampling): a budget in "
-        "samples rather than steps, whichever of it and `max_steps` is reached first ends the "
-        "run; `null`: no such budget. `sampling/rollouts_total` logs the count.",
+        "(every completion counts: those of groups dynamic sampling or the zero-spread filter "
+        "dropped, and the screening rollouts of `screening`): a budget in samples rather than "
+        "steps, whichever of it and `max_steps` is reached first ends the run; `null`: no such "
+        "budget. `rollouts/generated` (and its older name `sampling/rollouts_total`) logs the "
+        "count.",
     )
     prompts_per_step: int = Field(8, ge=1, description="Items (groups) per step.")
     num_generations: int = Field(
@@ -369,6 +387,10 @@ class TrainerConfig(Strict):
     max_sampling_rounds: int = Field(
         4, ge=1, description="Most rounds of drawing per step with `dynamic_sampling`."
     )
+    screening: ScreeningConfig = Field(
+        default_factory=ScreeningConfig,
+        description="Screen each item with a few rollouts before completing its group.",
+    )
     mask_truncated_completions: bool = Field(
         False,
         description="No loss on completions cut at `max_completion_length` (as in TRL).",
@@ -398,6 +420,17 @@ class TrainerConfig(Strict):
     @property
     def clip_high(self) -> float:
         return self.epsilon if self.epsilon_high is None else self.epsilon_high
+
+    @model_validator(mode="after")
+    def _screening_fits_the_group(self) -> TrainerConfig:
+        k = self.screening.rollouts
+        if k and not 2 <= k < self.num_generations:
+            raise ValueError(
+                f"trainer.screening.rollouts must be 0 (off) or from 2 to num_generations − 1 "
+                f"({self.num_generations - 1}), got {k}: one rollout always agrees with itself, "
+                "and screening the whole group screens nothing"
+            )
+        return self
 
     @model_validator(mode="after")
     def _kl(self) -> TrainerConfig:
@@ -447,6 +480,59 @@ class SFTConfig(Strict):
 # validation tuples from these.
 StrategyName = Literal["uniform", "easy_first", "competence_based", "frontier"]
 CompetenceName = Literal["gaussian", "platanios"]
+
+
+SkipKey = Literal["item", "difficulty"]
+
+
+class SkipConfig(Strict):
+    """Skipping before rollout (GRESO, arXiv 2506.02177): items whose last groups had no reward
+    spread are skipped with a probability that grows with the streak, before any completion is
+    generated for them (`honed.sampling.skip`)."""
+
+    enabled: bool = Field(
+        False,
+        description="Skip, before generating, items whose last k groups all succeeded (or all "
+        "failed) with probability 1 − max(p^k, `p_min`), drawing another item instead.",
+    )
+    target_zero_share: float = Field(
+        0.25,
+        ge=0,
+        le=1,
+        description="The share of generated groups without reward spread that p is adapted "
+        "toward, a third of it for all-solved groups (p_easy) and two thirds for all-failed "
+        "ones (p_hard), as GRESO splits it: a failed item is likelier to become learnable.",
+    )
+    p_min: float = Field(
+        0.01,
+        ge=0,
+        le=1,
+        description="The least probability that an item is still generated however long its "
+        "streak: these probes estimate the false-skip rate (`sampling/false_skip_rate`).",
+    )
+    p_start: float = Field(
+        0.5, gt=0, le=1, description="p_easy and p_hard at the start of a run (GRESO's 0.5)."
+    )
+    p_step: float = Field(
+        0.01,
+        gt=0,
+        le=1,
+        description="How far p_easy and p_hard move after each round of groups: down while "
+        "their kind's share is at or above its target, up while below (kept in [`p_min`, 1]).",
+    )
+    max_draws: int = Field(
+        10,
+        ge=1,
+        description="Candidates drawn at most for one place in a batch; when all are skipped "
+        "the last is generated anyway (`sampling/skip_exhausted`), so a batch is never short.",
+    )
+    key: SkipKey = Field(
+        "item",
+        description="What the outcome history is kept by: `item` (each item's own), or "
+        "`difficulty` (the environment's `difficulty_key(item)`, e.g. a reasoning-gym task and "
+        "its settings, for generated tasks whose items rarely repeat; the item where an "
+        "environment has none).",
+    )
 
 
 class CurriculumConfig(Strict):
@@ -508,6 +594,10 @@ class CurriculumConfig(Strict):
         "are mapped onto [0, 1] by (r − lo)/(hi − lo), and a reward outside stops the run. "
         "Needed by `frontier` and `competence_based` (`platanios`) with `score: reward`, which "
         "read scores as success rates.",
+    )
+    skip: SkipConfig = Field(
+        default_factory=SkipConfig,
+        description="Skipping before rollout, on top of the strategy and the mixture.",
     )
 
     @model_validator(mode="after")

@@ -57,7 +57,13 @@ class Environment(Protocol):
     def rollout(
         self, items: Sequence[Item], generator: Generator, num_generations: int, seed: int
     ) -> list[Group]:
-        """One group of `num_generations` trajectories per item, in the order of `items`."""
+        """One group of `num_generations` trajectories per item, in the order of `items`.
+
+        Optionally a keyword `first_generation: int = 0`: the trajectories are then generations
+        `first_generation`, ... of each item's group, each seeded as it would be in the whole
+        group (`rollout_seed(seed, item.key, generation)`). Screening (`trainer.screening`)
+        asks for the rest of a group this way, so that it is the unscreened group; the
+        environments honed ships take it."""
         ...
 
     def sft_examples(self, item: Item) -> list[tuple[Prompt, str]]:
@@ -158,12 +164,18 @@ class SingleTurnEnv(abc.ABC):
         return [] if ref is None else [(self.prompt(item), ref)]
 
     def rollout(
-        self, items: Sequence[Item], generator: Generator, num_generations: int, seed: int
+        self,
+        items: Sequence[Item],
+        generator: Generator,
+        num_generations: int,
+        seed: int,
+        first_generation: int = 0,
     ) -> list[Group]:
         prompts = [self.prompt(item) for item in items]
         flat_items = [item for item in items for _ in range(num_generations)]
         flat_prompts = [p for p in prompts for _ in range(num_generations)]
-        seeds = [rollout_seed(seed, item.key, g) for item in items for g in range(num_generations)]
+        generations = range(first_generation, first_generation + num_generations)
+        seeds = [rollout_seed(seed, item.key, g) for item in items for g in generations]
         samples = generator.generate(flat_prompts, seeds)
         scores = self.score_batch(flat_items, [s.text for s in samples])
         groups = []

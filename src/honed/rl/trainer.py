@@ -43,6 +43,7 @@ from honed.models.dropout import disable_dropout
 from honed.models.lora import AdapterFreeReference, is_checkpoint
 from honed.models.policy import Policy
 from honed.rewards import RewardNormalizer
+from honed.rl.counts import RolloutCounts
 from honed.rl.evaluate import evaluate
 from honed.rl.nonfinite import NonFinite, check_advantages, check_rollouts, check_weights
 from honed.rl.prepare import Penalties, Prepared, prepare, reward_penalties, zero_spread
@@ -131,13 +132,18 @@ class GRPOTrainer:
         # the step of the newest checkpoint this run holds, known alike to every process (the
         # run directory is rank 0's to write: another process may not see its last save yet)
         self.saved_step: int | None = None
-        self.rollouts_generated = 0  # completions generated so far, filtered or not
+        self.counts = RolloutCounts()  # rollouts and tokens generated so far, and kept
         self.initial_eval: dict[str, float] = {}
         self.initial_eval_few_shot: dict[str, float] = {}
         self.warmstart: dict[str, float] = {}
         self.policy: Policy | None = None
         self.resume_changes: list[Change] = []
         self.final_eval: dict[str, float] | None = None
+
+    @property
+    def rollouts_generated(self) -> int:
+        """Completions generated so far, filtered or not (`RolloutCounts`)."""
+        return self.counts.rollouts_generated
 
     # ------------------------------------------------------------------ set-up
 
@@ -322,7 +328,7 @@ class GRPOTrainer:
         hyperparameters, the curricula's and the normalisers' settings are re-applied, and each
         changed setting is printed in one line."""
         self.step = self.saved_step = state["step"]
-        self.rollouts_generated = state.get("rollouts_generated", 0)
+        self.counts.load_state_dict(state)
         fsdp.load_optimizer_state(self.policy.model, self.optimizer, state["optimizer"])
         apply_optimizer_settings(
             self.optimizer,
@@ -384,7 +390,7 @@ class GRPOTrainer:
         return {
             "format": STATE_FORMAT,
             "step": self.step,
-            "rollouts_generated": self.rollouts_generated,
+            **self.counts.state_dict(),
             # keyed by parameter name, whole (gathered on rank 0 with fsdp)
             "optimizer": fsdp.optimizer_state(self.policy.model, self.optimizer),
             "sampler": self.sampler.state_dict(),
@@ -422,11 +428,11 @@ class GRPOTrainer:
         return self.pipeline.request(step, round_index, items, seed)
 
     def rollout(self, round_index: int, count: int) -> list[RolledGroup]:
-        """A round of groups. Every group drawn, kept or not, counts towards
-        `trainer.max_rollouts` and (once its sampled log-probs and rewards are found finite)
-        updates its item's curriculum and its environment's reward statistics (merged in item
-        order, so the normaliser's state is the same however the groups were spread over
-        workers)."""
+        """A round of groups. Every completion generated (a screened group's too), kept or
+        not, counts towards `trainer.max_rollouts`; every group drawn (once its sampled
+        log-probs and rewards are found finite) updates its item's curriculum and its
+        environment's reward statistics (merged in item order, so the normaliser's state is the
+        same however the groups were spread over workers)."""
         with fsdp.gathered(self.policy.model):  # each process then generates at its own pace
             if round_index == 0:
                 rolled = self.pipeline.first_round(
@@ -434,7 +440,7 @@ class GRPOTrainer:
                 )
             else:
                 rolled = self.pipeline.now(self.draw(self.step, round_index, count))
-        self.rollouts_generated += len(rolled) * self.config.trainer.num_generations
+        self.counts.generated(r.group for r in rolled)
         check_rollouts([r.group for r in rolled])  # before any statistic takes them in
         self.sampler.observe([r.group for r in rolled])
         for r in rolled:
@@ -512,7 +518,7 @@ class GRPOTrainer:
         metrics = self.update.skip()
         self.step = step
         self.rollouts.sync_weights(self.policy, self.step)
-        metrics["sampling/rollouts_total"] = float(self.rollouts_generated)
+        metrics.update(self.counts.metrics())
         metrics["nonfinite/skipped"] = 1.0
         metrics[f"nonfinite/{found.quantity}"] = 1.0
         return metrics
@@ -521,7 +527,6 @@ class GRPOTrainer:
         started = time.perf_counter()
         reset_peak_memory(self.policy.device)
         rolled, penalties, metrics = self.collect()
-        metrics["sampling/rollouts_total"] = float(self.rollouts_generated)
         rollout_time = time.perf_counter() - started
         groups = [r.group for r in rolled]
         # tokens from older weights, or from another engine, are importance-weighted
@@ -542,6 +547,8 @@ class GRPOTrainer:
             metrics.update(self.update.skip())
         if self.config.trainer.kl_in_reward:
             metrics.update(_reward_kl(groups, penalties, self.config.trainer.beta))
+        self.counts.kept(prepared.kept_groups)
+        metrics.update(self.counts.metrics())
         self.step += 1
         self.rollouts.sync_weights(self.policy, self.step)
         elapsed = time.perf_counter() - started
@@ -765,6 +772,7 @@ class GRPOTrainer:
         return {
             "steps": self.step,
             "rollouts": self.rollouts_generated,
+            "tokens_generated": self.counts.tokens_generated,
             "initial_eval": self.initial_eval,
             "initial_eval_few_shot": self.initial_eval_few_shot,
             "final_eval": final_eval,

@@ -3,8 +3,11 @@
 Two decisions per batch, each by a component with its own tests: how many items each
 environment gets (`EnvironmentMixture`: by weight, with a guaranteed minimum share), and which
 training items those are (one `CurriculumScheduler` per environment, fed back each group's mean
-score). All randomness comes from their own generators, whose state is in every checkpoint, so a
-resumed run draws the same items. The GRPO and skill loops share this class.
+score). With `curriculum.skip.enabled`, a third (`SkipFilter`) passes each item the curriculum
+draws before anything is generated for it, drawing another in place of one it skips, so the
+mixture's counts and the strategy stay as they are. All randomness comes from their own
+generators, whose state is in every checkpoint, so a resumed run draws the same items. The GRPO
+and skill loops share this class.
 
 The config supplies the settings and a checkpoint the state: `load_state_dict` restores the
 scores, counts and generators, then re-applies the config in force and says what changed.
@@ -13,6 +16,7 @@ scores, counts and generators, then re-applies the config in force and says what
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from honed.config import CurriculumConfig, EnvConfig, format_change
@@ -20,6 +24,7 @@ from honed.envs.base import Environment
 from honed.errors import HonedError
 from honed.sampling.curriculum import SETTINGS, CurriculumScheduler
 from honed.sampling.mixture import EnvironmentMixture
+from honed.sampling.skip import SkipFilter
 from honed.types import Group, Item, derive_seed
 
 
@@ -51,6 +56,12 @@ class Sampler:
             )
             scheduler.register_items(self.items[name])
             self.curricula[name] = scheduler
+        skip = self.curriculum_config.skip
+        self.skip = (
+            SkipFilter(skip, self.history_key, seed=derive_seed(seed, "skip") % 2**31)
+            if skip.enabled
+            else None
+        )
 
     @classmethod
     def from_config(
@@ -75,9 +86,24 @@ class Sampler:
         """`n` training items (with replacement), grouped by environment in config order."""
         out: list[Item] = []
         for name, count in self.mixture.allocate(n).items():
-            curriculum, items = self.curricula[name], self.items[name]
-            out += [items[curriculum.sample_item(step, total_steps)] for _ in range(count)]
+            draw = partial(self._draw, name, step, total_steps)
+            if self.skip is None:
+                out += [draw() for _ in range(count)]
+            else:
+                out += [self.skip.choose(name, draw) for _ in range(count)]
         return out
+
+    def _draw(self, env: str, step: int, total_steps: int) -> Item:
+        return self.items[env][self.curricula[env].sample_item(step, total_steps)]
+
+    def history_key(self, env: str, item_key: str) -> str:
+        """What the skip history keeps an item's outcomes by: with `curriculum.skip.key:
+        difficulty`, the environment's `difficulty_key(item)` where it has one, else the key."""
+        difficulty_key = getattr(self.envs.get(env), "difficulty_key", None)
+        item = self.items.get(env, {}).get(item_key)
+        if self.curriculum_config.skip.key == "difficulty" and difficulty_key and item:
+            return str(difficulty_key(item))
+        return item_key
 
     def _scheduler_settings(self) -> dict[str, Any]:
         c = self.curriculum_config
@@ -92,22 +118,25 @@ class Sampler:
         """
         c = self.curriculum_config
         use_reward = c.score == "reward"
-        for g in groups:
-            curriculum = self.curricula.get(g.env)
-            if curriculum is None:
-                continue
+        known = [g for g in groups if g.env in self.curricula]
+        for g in known:
             scores = [t.reward if use_reward else t.success for t in g.trajectories]
             if c.reward_range is not None:
                 scores = [_unit(r, c.reward_range, g) for r in scores]
-            curriculum.update_batch(g.item_key, scores)
+            self.curricula[g.env].update_batch(g.item_key, scores)
+        if self.skip is not None:
+            self.skip.observe(known)
 
     def metrics(self) -> dict[str, float]:
-        """Mixture shares and each curriculum's metrics, keyed `curriculum/<env>/...`."""
+        """Mixture shares and each curriculum's metrics, keyed `curriculum/<env>/...`; with
+        skipping, its `sampling/...` metrics (the per-step ones count since the last call)."""
         out = dict(self.mixture.metrics_dict())
         for name, curriculum in self.curricula.items():
             for key, value in curriculum.metrics_dict().items():
                 head, _, rest = key.partition("/")
                 out[f"{head}/{name}/{rest}"] = float(value)
+        if self.skip is not None:
+            out.update(self.skip.metrics())
         return out
 
     def _own_settings(self) -> dict[str, Any]:
@@ -119,11 +148,14 @@ class Sampler:
         }
 
     def state_dict(self) -> dict[str, Any]:
-        return {
+        state = {
             "mixture": self.mixture.state_dict(),
             "curricula": {name: cur.state_dict() for name, cur in self.curricula.items()},
             **self._own_settings(),
         }
+        if self.skip is not None:
+            state["skip"] = self.skip.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> list[str]:
         """Restore a checkpoint's state under the settings of the config in force.
@@ -132,10 +164,13 @@ class Sampler:
         `load_state_dict` does, its settings); then the config's settings are applied again,
         rebuilding the bins where `n_bins` changed. The mixture's state holds no settings. The
         training items are registered again, so items added to a dataset since are drawn as
-        unseen ones. Returns one line per setting the config changes against the checkpoint,
+        unseen ones. The skip history is restored when skipping is on (a checkpoint without one
+        starts it empty) and left out when it is off. Returns one line per setting the config changes against the checkpoint,
         `curriculum.n_bins: 5 -> 3`, in the config's key order.
         """
         self.mixture.load_state_dict(state["mixture"])
+        if self.skip is not None and "skip" in state:
+            self.skip.load_state_dict(state["skip"])
         changed: dict[str, tuple[Any, Any]] = {}
         for name, curriculum in self.curricula.items():
             curriculum.load_state_dict(state["curricula"][name])

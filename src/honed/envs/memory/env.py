@@ -289,8 +289,15 @@ class MemoryEnv:
     # -- rollout ---------------------------------------------------------------------------
 
     def rollout(
-        self, items: Sequence[Item], generator: Generator, num_generations: int, seed: int
+        self,
+        items: Sequence[Item],
+        generator: Generator,
+        num_generations: int,
+        seed: int,
+        first_generation: int = 0,
     ) -> list[Group]:
+        """One group per item: generations `first_generation`, ... of each, every chunk's turn
+        seeded from (seed, item, generation, chunk) as in the whole group."""
         self._bind(generator)
         chat = None
         if self.prompt_style == "chat":
@@ -306,7 +313,7 @@ class MemoryEnv:
                 if t < len(inst.chunks)
                 for g in range(num_generations)
             ]
-            seeds = [derive_seed(seed, items[i].key, g, t) for i, g in batch]
+            seeds = [derive_seed(seed, items[i].key, first_generation + g, t) for i, g in batch]
             jobs = [(runs[i][g].memory, instances[i].chunks[t]) for i, g in batch]
             if chat is None:
                 prompts = [self._prompt(memory, chunk).text for memory, chunk in jobs]

@@ -180,15 +180,18 @@ class ToolEnv(JsonlData):
         generator: Generator,
         num_generations: int,
         seed: int,
+        first_generation: int = 0,
         *,
         tools_disabled: bool = False,
     ) -> list[Group]:
-        """One group per item; with `tools_disabled`, every call gets an error back (the
-        evaluation's "no tools" baseline)."""
+        """One group per item (generations `first_generation`, ... of each, seeded as in the
+        whole group); with `tools_disabled`, every call gets an error back (the evaluation's
+        "no tools" baseline)."""
         chat = self.chat(generator)
         toolbox = self.toolbox.disabled() if tools_disabled else self.toolbox
         episodes = self.start(items, num_generations, chat)
-        flat = [(item, g) for item in items for g in range(num_generations)]
+        generations = range(first_generation, first_generation + num_generations)
+        flat = [(item, g) for item in items for g in generations]
         run_episodes(
             episodes,
             generator,  # type: ignore[arg-type]  # chat_format checked it is a ChatGenerator
