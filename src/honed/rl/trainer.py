@@ -565,7 +565,8 @@ class GRPOTrainer:
         self.setup(resume)
         clean = False
         try:
-            summary = self._train()
+            with self.life.running():
+                summary = self._train()
             clean = True
             return summary
         except RunInterrupted as stop:

@@ -280,7 +280,8 @@ class SkillTrainer:
             self.current = self.run.skills.load(self.current_version)
             atomic_write_text(self.run.best_path, self.run.skills.load(self.best_version).text)
             return True
-        self._start_from_initial_skill()
+        with self.life.running():
+            self._start_from_initial_skill()
         return True
 
     def _start_from_initial_skill(self) -> None:
@@ -894,16 +895,17 @@ class SkillTrainer:
         server) raises `RunStopped` once the summary is written."""
         if not self.setup(resume):
             return self.run.read_summary()
-        if self._epoch_ends_now():  # a resumed run that stopped right at an epoch's end
-            self.close_epoch()
-            self.save()
-        stop = self.life.steps(self, "skill steps", self.total_steps)
-        spent = budget_spent(self.config.budget, self.usage.totals())
-        if stop is None and spent is not None:  # at the last step: no evaluation beyond it
-            stop = Stop("budget", spent)
-        summary = self.life.close(self.summary(self.life.seconds, stop))
-        if stop is not None and stop.error:
-            raise RunStopped(stop, self.step, self.saved())
+        with self.life.running():
+            if self._epoch_ends_now():  # a resumed run that stopped right at an epoch's end
+                self.close_epoch()
+                self.save()
+            stop = self.life.steps(self, "skill steps", self.total_steps)
+            spent = budget_spent(self.config.budget, self.usage.totals())
+            if stop is None and spent is not None:  # at the last step: no evaluation beyond it
+                stop = Stop("budget", spent)
+            summary = self.life.close(self.summary(self.life.seconds, stop))
+            if stop is not None and stop.error:
+                raise RunStopped(stop, self.step, self.saved())
         return summary
 
     def evaluate(self, skill: SkillDocument) -> dict[str, float]:
