@@ -34,6 +34,7 @@ import torch.distributed as dist
 from honed.distributed.backend import RolloutBackend
 from honed.distributed.shard import split
 from honed.distributed.types import RolledGroup, RolloutRequest
+from honed.distributed.weight_sync import WeightSync
 from honed.models.policy import Policy
 
 # How long a process waits for the others at a collective before failing: long enough for a
@@ -74,6 +75,10 @@ class LearnerGroup:
         """The indices of `count` items (or groups) this process owns: a contiguous share."""
         return split(count, self.world_size)[self.rank]
 
+    def largest_share(self, count: int) -> int:
+        """How many of `count` items the process with the most owns (rank 0's share)."""
+        return len(split(count, self.world_size)[0])
+
     def gather(self, local: Sequence[Any]) -> list[Any]:
         """Every process's `local` list, concatenated in rank order (torch pickles them between
         this run's own processes; nothing is read from files)."""
@@ -97,6 +102,19 @@ class LearnerGroup:
             for t in group:
                 t.copy_(flat[offset : offset + t.numel()].view_as(t))
                 offset += t.numel()
+
+    def from_main(self, value: Any) -> Any:
+        """Rank 0's `value`, on every process (what the others pass is ignored)."""
+        if not self.distributed:
+            return value
+        box = [value]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def barrier(self) -> None:
+        """Wait until every process has come here."""
+        if self.distributed:
+            dist.barrier()
 
     def any(self, flag: bool, device: torch.device) -> bool:
         """Whether `flag` is set on any process (all processes get the same answer)."""
@@ -123,6 +141,30 @@ class LearnerGroup:
             if wait:
                 dist.barrier()
             dist.destroy_process_group()
+
+
+class PushFromMain:
+    """The weight sync of several learner processes: the servers get each version once.
+
+    Each process's rollout backend calls `push` after every optimizer step, once its own
+    requests in flight have ended. The processes wait for each other there, so that no server
+    changes its weights while another process's request is still generating; rank 0 alone
+    sends the weights (`inner.push`: every process holds the same weights after the step),
+    and every process learns from it the version the servers now serve and, with
+    `weight_sync: lora`, the adapter to request (`served_model`)."""
+
+    def __init__(self, inner: WeightSync, group: LearnerGroup) -> None:
+        self.inner = inner
+        self.group = group
+        self.served_model: str | None = getattr(inner, "served_model", None)
+
+    def push(self, policy: Policy, version: int) -> int:
+        self.group.barrier()
+        pushed = None
+        if self.group.is_main:
+            pushed = (self.inner.push(policy, version), getattr(self.inner, "served_model", None))
+        served, self.served_model = self.group.from_main(pushed)
+        return served
 
 
 class ShardedBackend:

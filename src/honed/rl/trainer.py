@@ -148,7 +148,7 @@ class GRPOTrainer:
 
     def warm_start(self) -> Policy:
         """The policy GRPO starts from: the model itself, or after supervised warm-start."""
-        policy = Policy.from_config(self.policy_settings(), self.config.seed)
+        policy = self._build()
         if self.config.sft.steps == 0:
             return policy
         if is_checkpoint(self.run.warmstart):
@@ -168,14 +168,24 @@ class GRPOTrainer:
 
     def policy_settings(self) -> PolicyConfig:
         """The policy config models are built with: the run's, or with fsdp the same model
-        built on the CPU (in the dtype the device takes), each process then keeping its shard
-        on the device (`honed.distributed.fsdp.shard`): no process holds the whole model there."""
+        built on the CPU (in the dtype the device takes) by rank 0, which sends each process
+        its shard on the device (`honed.distributed.fsdp.shard`): no process holds the whole
+        model there, and no process but rank 0 holds it anywhere."""
         if not self.sharded:
             return self.config.policy
         dtype = resolve_dtype(self.config.policy.dtype, self.device)
         return self.config.policy.model_copy(update={"device": "cpu", "dtype": dtype_name(dtype)})
 
+    def _build(self) -> Policy:
+        """The policy the config describes; with fsdp, on processes other than rank 0, its
+        structure alone (`Policy.skeleton`), whose shards rank 0 fills."""
+        if self.sharded and not self.learners.is_main:
+            return Policy.skeleton(self.policy_settings(), self.config.seed)
+        return Policy.from_config(self.policy_settings(), self.config.seed)
+
     def _load(self, path: Path) -> Policy:
+        if self.sharded and not self.learners.is_main:  # the same model; rank 0 reads it
+            return self._build()
         return Policy.from_checkpoint(path, self.policy_settings(), self.config.seed)
 
     def _reference(self, resumed: bool) -> torch.nn.Module | AdapterFreeReference | None:
@@ -191,7 +201,7 @@ class GRPOTrainer:
         elif not resumed:
             ref = copy.deepcopy(self.policy.model)
         else:
-            ref = Policy.from_config(self.policy_settings(), self.config.seed).model
+            ref = self._build().model
         ref.eval()
         for p in ref.parameters():
             p.requires_grad_(False)
@@ -255,7 +265,9 @@ class GRPOTrainer:
             self.learners,
             sharded=self.sharded,
         )
-        self.rollouts = build_backend(self.config, self.envs, self.policy, self.run.path)
+        self.rollouts = build_backend(
+            self.config, self.envs, self.policy, self.run.path, self.learners
+        )
         if self.learners.distributed:
             self.rollouts = ShardedBackend(self.rollouts, self.learners)
         self.pipeline = RolloutPipeline(self.rollouts, self.config.distributed.max_staleness)

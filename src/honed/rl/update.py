@@ -44,7 +44,7 @@ from honed.models.scoring import ScoreBatch, build_batch, score
 from honed.rewards.units import group_units, unit_rewards
 from honed.rl.advantages import compute_advantages
 from honed.rl.loss import grpo_loss, kl_reward_penalty, token_weights
-from honed.types import Group
+from honed.types import Group, Segment
 
 # One group's KL reward penalties: per trajectory, per segment, β·Σ k1 over its tokens.
 Penalties = list[list[float]]
@@ -268,8 +268,9 @@ class PolicyUpdate:
 
         π_old is the learner's policy now, before this step's update, scored by the learner
         itself; the penalty is a fixed part of the reward, so no gradient flows through it.
+        Each learner process scores its share of the micro-batches one process would score
+        (the same rows together, so the same values) and all processes get them all.
         """
-        settings = self.settings
         segments = [
             (gi, ti, si, seg)
             for gi, g in enumerate(groups)
@@ -278,21 +279,31 @@ class PolicyUpdate:
         ]
         out: list[Penalties] = [[[0.0] * len(t.segments) for t in g.trajectories] for g in groups]
         scored = [x for x in segments if x[3].completion_ids]
-        for idx in self.micro_batches(len(scored)):
-            chunk = [scored[i][3] for i in idx]
-            batch = self._batch(
-                [s.prompt_ids for s in chunk],
-                [s.completion_ids for s in chunk],
-                [list(s.mask()) for s in chunk],
-            )
-            logp = self._score(self.policy.model, batch)
-            ref = self._score(self.reference, batch)
-            penalty = kl_reward_penalty(logp, ref, batch.completion_mask.float(), settings.beta)
-            penalty_cpu = penalty.cpu()  # one copy from the device, not one per row
-            for row, i in enumerate(idx):
+        batches = self.micro_batches(len(scored))
+        mine = [
+            self._penalties([scored[i][3] for i in batches[b]])
+            for b in self.learners.shard(len(batches))
+        ]
+        if self.sharded and batches:  # a sharded model's forwards are collective calls
+            for _ in range(self.learners.largest_share(len(batches)) - len(mine)):
+                self._penalties([scored[0][3]])  # as many on every process, the fewest rows
+        for idx, values in zip(batches, self.learners.gather(mine), strict=True):
+            for i, value in zip(idx, values, strict=True):
                 gi, ti, si, _ = scored[i]
-                out[gi][ti][si] = float(penalty_cpu[row])
+                out[gi][ti][si] = value
         return out
+
+    def _penalties(self, chunk: list[Segment]) -> list[float]:
+        """The KL reward penalty of each of a micro-batch of segments."""
+        batch = self._batch(
+            [s.prompt_ids for s in chunk],
+            [s.completion_ids for s in chunk],
+            [list(s.mask()) for s in chunk],
+        )
+        logp = self._score(self.policy.model, batch)
+        ref = self._score(self.reference, batch)
+        penalty = kl_reward_penalty(logp, ref, batch.completion_mask.float(), self.settings.beta)
+        return penalty.cpu().tolist()  # one copy from the device, not one per row
 
     def step(
         self, sequences: list[TrainSequence], owned: Sequence[bool] | None = None
