@@ -60,10 +60,13 @@ class Repeat:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed:
             tail = report.longreprtext.splitlines()[-TAIL_LINES:]
-            self.failures.setdefault(report.nodeid, []).append(
+            failure = (
                 f"[{report.when}, after {time.monotonic() - self.started:.0f} s]\n"
                 + "\n".join(tail)
             )
+            self.failures.setdefault(report.nodeid, []).append(failure)
+            # at once too: a loop of hours shows each failure when it happens
+            print(f"\nFAILED {report.nodeid} {failure}", file=sys.stderr, flush=True)
         elif report.when == "call" and report.passed:
             self.passed[report.nodeid] += 1
 
