@@ -99,19 +99,40 @@ def test_an_error_mid_run_leaves_the_run_failed_with_the_error_s_line(
     assert record["error"] == "ValueError: the test environment failed on call 20"
 
 
-def test_the_heartbeat_goes_on_during_a_long_step_and_stops_with_the_run(tmp_path):
-    path = tmp_path / run_state.FILE
-    state = run_state.RunStateFile(path, step=3, interval=0.02)
-    first = _record(tmp_path)["heartbeat"]
+def _await_heartbeat(run: Path) -> bool:
+    """Whether the run's heartbeat moves within ten seconds."""
+    first = _record(run)["heartbeat"]
+    deadline = time.monotonic() + 10
+    while _record(run)["heartbeat"] == first and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return _record(run)["heartbeat"] > first
+
+
+def test_the_heartbeat_goes_on_while_a_step_is_under_way(tmp_path, monkeypatch):
+    monkeypatch.setattr(run_state, "HEARTBEAT_S", 0.02)
+    trainer = GRPOTrainer(small_config(tmp_path, "trainer.max_steps=1"), RunDir(tmp_path / "run"))
+    real_step, beat = trainer.train_step, []
+
+    def long_step():
+        beat.append(_await_heartbeat(tmp_path / "run"))
+        return real_step()
+
+    trainer.train_step = long_step
+    trainer.train()
+    assert beat == [True]
+    assert _record(tmp_path / "run")["state"] == "finished"
+
+
+def test_nothing_is_written_after_the_end_but_an_error_after_the_summary(tmp_path):
+    state = run_state.RunStateFile(tmp_path / run_state.FILE, step=3, interval=0.02)
     with state.beating():
-        deadline = time.time() + 10
-        while _record(tmp_path)["heartbeat"] == first and time.time() < deadline:
-            time.sleep(0.01)
-    assert _record(tmp_path)["heartbeat"] > first and _record(tmp_path)["step"] == 3
+        assert _await_heartbeat(tmp_path)
+    state.end("finished")
+    state.beat(4)
     state.end("interrupted")
-    state.beat(4)  # nothing is written after the end
-    record = _record(tmp_path)
-    assert (record["state"], record["step"]) == ("interrupted", 3)
+    assert (_record(tmp_path)["state"], _record(tmp_path)["step"]) == ("finished", 3)
+    state.end("failed", "ValueError: after the summary")
+    assert _record(tmp_path)["error"] == "ValueError: after the summary"
 
 
 def test_a_running_record_is_stale_once_its_heartbeat_stops_or_its_process_is_gone():
@@ -163,7 +184,9 @@ def test_resume_refuses_a_run_another_process_trains_and_takes_it_once_killed(tm
         assert other.poll() is None, other.stderr.read().decode()
         assert _viewed(run)["status"] == "running"
         for more in ([], ["--nproc", "2"]):
-            assert main(["train", str(config), "--resume", "--quiet", *more]) == 2
+            # (a few steps: were it not refused, it would end soon rather than train on)
+            few = ["-o", "trainer.max_steps=3", *more]
+            assert main(["train", str(config), "--resume", "--quiet", *few]) == 2
             said = capsys.readouterr().err
             assert f"is being trained by process {other.pid} on {socket.gethostname()}" in said
             assert said.count("honed: error:") == 1, said

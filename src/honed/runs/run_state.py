@@ -114,9 +114,9 @@ class RunStateFile:
     and, inside `beating()`, from a background thread every `interval` seconds; then one end
     state (`end`), after which nothing more is written."""
 
-    def __init__(self, path: Path, step: int, interval: float = HEARTBEAT_S) -> None:
+    def __init__(self, path: Path, step: int, interval: float | None = None) -> None:
         self.path = path
-        self.interval = interval
+        self.interval = HEARTBEAT_S if interval is None else interval
         now = time.time()
         self.record: dict[str, Any] = {
             "format": FORMAT,
