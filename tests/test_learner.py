@@ -196,6 +196,32 @@ def test_one_process_failing_stops_all_with_one_message_and_loses_nothing(tmp_pa
     assert_weights_close(_weights(run, 3), _weights(single, 3))
 
 
+def test_a_learner_process_leaves_without_python_s_shutdown(tmp_path):
+    """`python -m honed` in one of several learner processes (WORLD_SIZE above 1) ends without
+    Python's shutdown, keeping its exit code and its output: gloo's worker threads outlive the
+    process group and may still let go of a collective's tensors then, which aborts the process
+    ("terminate called without an active exception": `run_learner`). An atexit handler, run
+    at that shutdown, tells whether there was one."""
+    ran = tmp_path / "shutdown_ran"
+    (tmp_path / "sitecustomize.py").write_text(
+        f"import atexit, pathlib\natexit.register(pathlib.Path({str(ran)!r}).write_text, 'yes')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(SRC)])}
+    for world, shutdown in (("2", False), ("1", True)):
+        for argv, code, said in ((["--version"], 0, "honed"), (["train", "none.yaml"], 2, "")):
+            done = subprocess.run(
+                [sys.executable, "-m", "honed", *argv],
+                env={**env, "WORLD_SIZE": world},
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert done.returncode == code, done.stderr
+            assert said in done.stdout and ("honed: error:" in done.stderr) == (code == 2)
+            assert ran.exists() == shutdown
+            ran.unlink(missing_ok=True)
+
+
 def test_optimizer_state_is_kept_by_name_and_older_index_keyed_states_still_load(small_policy):
     """What a checkpoint holds (`optimizer_state`) and loading it back, without processes: a
     plain optimizer takes it, and the index-keyed `Optimizer.state_dict()` of checkpoints

@@ -9,7 +9,8 @@ process failing stops the others at once instead of leaving them waiting at a co
 it: `report_lost_peers`; the checkpoints already written stay as they were). The
 processes run in a session of their own (the terminal's Ctrl-C goes to this launcher, which
 passes it on once). For several machines, use torchrun: honed reads its environment
-(`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`).
+(`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`). A learner process started
+as `python -m honed` leaves without Python's shutdown once its run has ended (`run_learner`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 # Seconds the other processes get to stop after one failed, before they are killed.
 GRACE_S = 10.0
@@ -102,6 +105,35 @@ def _stop(procs: list[subprocess.Popen]) -> None:
             proc.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def run_learner(main: Callable[[], int]) -> NoReturn:
+    """Run `main` (the command line) in one of several learner processes, then leave at once
+    with its exit code, without Python's shutdown.
+
+    gloo's worker threads outlive `destroy_process_group` (FSDP's units and the device mesh
+    keep the group, and so its threads, alive), and a worker that lets go of a collective's
+    tensors (a Python tensor is owned by its Python object) takes the GIL to do it. A worker
+    that does so while the interpreter shuts down, having been preempted between finishing the
+    collective and letting go, is ended by Python in the middle of a C++ destructor, and C++
+    aborts the process: "terminate called without an active exception", exit code -6, after a
+    run that ended well. By the time `main` returns, everything honed writes is closed and
+    flushed, and the processes have met at a last barrier (`LearnerGroup.close`), so nothing is
+    lost by leaving with `os._exit`; an error that escapes `main` is printed first, as Python
+    prints it, with exit code 1.
+    """
+    try:
+        code = main()
+    except SystemExit as exc:
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def report_lost_peers(exc: BaseException) -> None:
