@@ -135,8 +135,10 @@ class LearnerGroup:
     def close(self, *, wait: bool) -> None:
         """Leave the process group. With `wait` (the run ended cleanly on every process: it
         finished, or all agreed to stop) the processes first meet at a barrier, so that none
-        tears its connections down while a peer is still using them, which gloo answers by
-        aborting the peer. After a failure nothing waits: a peer may be gone."""
+        leaves, closing its connections, while another is still in a collective call with it
+        (which would fail there). After a failure nothing waits: a peer may be gone. (gloo's
+        worker threads outlive this; `honed.distributed.launch.run_learner` says why a learner
+        process then leaves without Python's shutdown.)"""
         if self.distributed and dist.is_initialized():
             if wait:
                 dist.barrier()
