@@ -17,9 +17,16 @@ from pathlib import Path
 
 import pytest
 from test_resume import _interrupt_after
-from tiny_run import FaultyDigitShareEnv, small_config, spread_env_data, write_config
+from tiny_run import (
+    FaultyDigitShareEnv,
+    small_config,
+    small_config_data,
+    spread_env_data,
+    write_config,
+)
 
 from honed.cli import main
+from honed.config import load_config
 from honed.rl.trainer import GRPOTrainer
 from honed.runs import run_state
 from honed.runs.rundir import RunDir
@@ -149,6 +156,17 @@ def test_a_running_record_is_stale_once_its_heartbeat_stops_or_its_process_is_go
     assert run_state.judge({**alive, "pid": -1, "heartbeat": now}, now) == "stale"
     for ended in run_state.ENDED:
         assert run_state.judge({**alive, "state": ended, "heartbeat": 0.0}, now) == ended
+
+
+def test_a_run_this_process_set_up_and_left_may_be_resumed_by_it(tmp_path):
+    """Through the Python API: set up, never trained; the same process then resumes it."""
+    config = write_config(tmp_path, small_config_data(tmp_path))
+    trainer = GRPOTrainer(load_config(config), RunDir(tmp_path / "run"))
+    trainer.setup(resume=False)
+    trainer.rollouts.close()
+    assert _viewed(tmp_path / "run")["status"] == "running"
+    assert main(["train", str(config), "--resume", "--quiet"]) == 0
+    assert _record(tmp_path / "run")["state"] == "finished"
 
 
 def _wait_for(condition, what: str, timeout: float = 300.0) -> None:

@@ -97,9 +97,12 @@ def judge(record: dict[str, Any], now: float | None = None) -> str:
 
 def refuse_if_running(path: Path, run: Path) -> None:
     """Stop (exit code 2) before a second process trains the run whose state file is `path`:
-    one whose state is `running` with a live heartbeat. A stale one may be resumed."""
+    one whose state is `running` with a live heartbeat. A stale one may be resumed, and so may
+    one this very process set up and left (through the Python API)."""
     record = read(path)
     if record is None or judge(record) != "running":
+        return
+    if (record.get("pid"), record.get("host")) == (os.getpid(), socket.gethostname()):
         return
     age = max(0.0, time.time() - float(record["heartbeat"]))
     raise HonedError(
