@@ -15,6 +15,7 @@ as `python -m honed` leaves without Python's shutdown once its run has ended (`r
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import socket
@@ -108,19 +109,21 @@ def _stop(procs: list[subprocess.Popen]) -> None:
 
 
 def run_learner(main: Callable[[], int]) -> NoReturn:
-    """Run `main` (the command line) in one of several learner processes, then leave at once
-    with its exit code, without Python's shutdown.
+    """Run `main` (the command line) in one of several learner processes, then leave with its
+    exit code without the interpreter's finalization.
 
     gloo's worker threads outlive `destroy_process_group` (FSDP's units and the device mesh
     keep the group, and so its threads, alive), and a worker that lets go of a collective's
-    tensors (a Python tensor is owned by its Python object) takes the GIL to do it. A worker
-    that does so while the interpreter shuts down, having been preempted between finishing the
-    collective and letting go, is ended by Python in the middle of a C++ destructor, and C++
-    aborts the process: "terminate called without an active exception", exit code -6, after a
-    run that ended well. By the time `main` returns, everything honed writes is closed and
-    flushed, and the processes have met at a last barrier (`LearnerGroup.close`), so nothing is
-    lost by leaving with `os._exit`; an error that escapes `main` is printed first, as Python
-    prints it, with exit code 1.
+    tensors takes the GIL when a tensor's Python object goes with them. A worker that does so
+    while the interpreter finalizes (say it was preempted between finishing the collective and
+    letting go) is ended by Python in the middle of a C++ destructor, and C++ aborts the
+    process: "terminate called without an active exception", exit code -6, after a run that
+    ended well. So the process runs what Python's shutdown runs first, while every thread may
+    still take the GIL (the atexit handlers: W&B, MLflow, Ray and logging close there), flushes
+    its output and leaves with `os._exit`, skipping the finalization (module teardown) that
+    holds nothing of honed's: by the time `main` returns everything it writes is closed and the
+    processes have met at a last barrier (`LearnerGroup.close`). An error that escapes `main`
+    is printed first, as Python prints it, with exit code 1.
     """
     try:
         code = main()
@@ -131,6 +134,7 @@ def run_learner(main: Callable[[], int]) -> NoReturn:
     except BaseException:
         traceback.print_exc()
         code = 1
+    atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
