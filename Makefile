@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --constraint constraints.txt
 
-.PHONY: quickstart smollm2 test lint format docs mutants bench clean
+.PHONY: quickstart smollm2 test lint format docs mutants flaky bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,12 @@ test: $(VENV)/.dev $(VENV)/.smollm2
 # src/honed/rl/, so run it in a checkout nobody is working in.
 mutants: $(VENV)/.dev
 	$(BIN)/python dev/mutants.py
+
+# Runs each test that was seen to fail by chance (the list is in dev/flaky.py) RUNS times in a
+# row and reports every failure's last lines; exit status 1 if any run failed.
+RUNS ?= 200
+flaky: $(VENV)/.dev
+	$(BIN)/python dev/flaky.py --runs $(RUNS)
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check .

@@ -38,7 +38,7 @@ ALLOWED: dict[str, set[str]] = {
         *("rewards", "config", "config_reference", "types", "errors", "text", "user_code"),
         "honed",
     },
-    "__main__": {"cli"},
+    "__main__": {"cli", "distributed"},  # learner processes start through distributed.launch
     "honed": set(),  # the package's __init__
 }
 

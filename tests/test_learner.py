@@ -196,6 +196,42 @@ def test_one_process_failing_stops_all_with_one_message_and_loses_nothing(tmp_pa
     assert_weights_close(_weights(run, 3), _weights(single, 3))
 
 
+def test_a_learner_process_leaves_without_the_interpreter_s_finalization(tmp_path):
+    """`python -m honed` in one of several learner processes (WORLD_SIZE above 1) runs the
+    atexit handlers and leaves without the interpreter's finalization, keeping its exit code
+    and its output: gloo's worker threads outlive the process group and may still let go of a
+    collective's tensors then, which aborts the process ("terminate called without an active
+    exception": `run_learner`). An object deleted with its module's globals, which happens in
+    the finalization only, tells whether there was one."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import atexit, pathlib\n"
+        f"here = pathlib.Path({str(tmp_path)!r})\n"
+        "atexit.register((here / 'atexit_ran').write_text, 'yes')\n"
+        "class Finalized:\n"
+        "    def __init__(self):\n"
+        "        self.mark = (here / 'finalized').write_text\n"
+        "    def __del__(self):\n"
+        "        self.mark('yes')\n"
+        "finalized = Finalized()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(SRC)])}
+    for world, finalized in (("2", False), ("1", True)):
+        for argv, code, said in ((["--version"], 0, "honed"), (["train", "none.yaml"], 2, "")):
+            done = subprocess.run(
+                [sys.executable, "-m", "honed", *argv],
+                env={**env, "WORLD_SIZE": world},
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert done.returncode == code, done.stderr
+            assert said in done.stdout and ("honed: error:" in done.stderr) == (code == 2)
+            marks = {p.name for p in tmp_path.iterdir()} & {"atexit_ran", "finalized"}
+            assert marks == ({"atexit_ran", "finalized"} if finalized else {"atexit_ran"})
+            for mark in marks:
+                (tmp_path / mark).unlink()
+
+
 def test_optimizer_state_is_kept_by_name_and_older_index_keyed_states_still_load(small_policy):
     """What a checkpoint holds (`optimizer_state`) and loading it back, without processes: a
     plain optimizer takes it, and the index-keyed `Optimizer.state_dict()` of checkpoints

@@ -130,9 +130,10 @@ def noisy_env_data(tmp_path) -> dict:
 
 class FaultyDigitShareEnv(DigitShareEnv):
     """`DigitShareEnv` that, when `HONED_TEST_FAULT` is `KIND:RANK:CALL`, acts up in learner
-    process RANK at its CALL-th training reward (counting from 1): `raise` raises, `sigint`
-    sends SIGINT to the process that launched the learners (`honed train --nproc`), as a
-    Ctrl-C in its terminal would. Without the variable it is `DigitShareEnv`, so a run it
+    process RANK at its CALL-th training reward (counting from 1): `raise` raises, `nan`
+    returns a reward that is not a number (bad input, which honed refuses), `sigint` sends
+    SIGINT to the process that launched the learners (`honed train --nproc`), as a Ctrl-C in
+    its terminal would. Without the variable it is `DigitShareEnv`, so a run it
     interrupted resumes under the same config."""
 
     calls = 0
@@ -146,5 +147,7 @@ class FaultyDigitShareEnv(DigitShareEnv):
                 if FaultyDigitShareEnv.calls == int(call):
                     if kind == "raise":
                         raise ValueError(f"the test environment failed on call {call}")
+                    if kind == "nan":
+                        return Score(reward=float("nan"), success=0.0)
                     os.kill(os.getppid(), signal.SIGINT)
         return super().score(item, completion)

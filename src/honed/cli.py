@@ -16,6 +16,7 @@ from honed import __version__
 from honed.config import Config, load_config, load_model
 from honed.errors import HonedDeprecationWarning, HonedError
 from honed.models.sources import is_checkpoint
+from honed.runs import run_state
 from honed.runs.files import atomic_write_dir, atomic_write_json
 from honed.runs.lifecycle import RunInterrupted
 from honed.runs.progress import Reporter
@@ -266,7 +267,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
         from honed.distributed.launch import launch
 
-        load_config(args.config, args.override)  # a bad config stops here, once
+        config = load_config(args.config, args.override)  # a bad config stops here, once
+        if args.resume:  # so does a run another process is training
+            run = resolve_run_dir(args, config)
+            run_state.refuse_if_running(run.file(run_state.FILE), run.path)
         return launch(_without_nproc(args.argv), args.nproc)
     main_process = os.environ.get("RANK", "0") == "0"
     config = load_config(args.config, args.override)

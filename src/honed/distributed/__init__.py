@@ -17,6 +17,7 @@ from pathlib import Path
 
 from honed.config import Config
 from honed.distributed.backend import LocalBackend, RolloutBackend
+from honed.distributed.learner import LearnerGroup, PushFromMain
 from honed.distributed.pipeline import RolloutPipeline
 from honed.distributed.server import CompletionsGenerator, server_clients
 from honed.distributed.types import RolledGroup, RolloutRequest
@@ -65,9 +66,14 @@ def secure_local_ray() -> None:
 
 
 def build_backend(
-    config: Config, envs: Mapping[str, Environment], policy: Policy, run_dir: Path
+    config: Config,
+    envs: Mapping[str, Environment],
+    policy: Policy,
+    run_dir: Path,
+    learners: LearnerGroup | None = None,
 ) -> RolloutBackend:
-    """The configured backend; the caller sends it the current weights before the first step."""
+    """The configured backend; the caller sends it the current weights before the first step.
+    With several learner processes (`learners`), rank 0 alone pushes weights to servers."""
     dist, settings = config.distributed, config.trainer
     params = SamplingParams(settings.temperature, settings.top_p, settings.max_completion_length)
     if dist.server is None:
@@ -78,6 +84,8 @@ def build_backend(
         for client in clients:
             client.check()  # fail before the first step, naming the server
         weight_sync = build_weight_sync(dist.server, run_dir, clients)
+        if learners is not None and learners.distributed:
+            weight_sync = PushFromMain(weight_sync, learners)
         generator = CompletionsGenerator(dist.server, policy, params, clients, weight_sync)
     if dist.backend == "ray":
         if dist.address == "local":

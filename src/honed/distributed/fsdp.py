@@ -24,9 +24,9 @@ layer's full weights only while that layer runs. What the trainer needs on top o
   whatever length, at its own pace).
 - **Checkpoints hold full tensors.** `full_model_state` and `optimizer_state` gather the whole
   model and optimizer state onto rank 0 (`torch.distributed.checkpoint.state_dict`, the
-  optimizer's keyed by parameter name), which writes the Hugging Face policy once; every
-  process loads the policy whole on the CPU and keeps its shard, and `load_optimizer_state`
-  gives it its shard of the moments. A checkpoint from N processes therefore resumes on any M,
+  optimizer's keyed by parameter name), which writes the Hugging Face policy once; rank 0
+  alone loads the policy whole (on the CPU) and sends every other process its shard
+  (`shard`), and `load_optimizer_state` gives each its shard of the moments. A checkpoint from N processes therefore resumes on any M,
   sharded or not (the optimizer state is keyed by name in every mode).
 
 Weights are gathered whole for generation (as TRL and verl gather them for their rollout
@@ -37,6 +37,7 @@ AdamW moments (four times as much in bfloat16, eight in float32) do not.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,6 +47,7 @@ from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
     get_optimizer_state_dict,
+    set_model_state_dict,
     set_optimizer_state_dict,
 )
 from torch.distributed.device_mesh import init_device_mesh
@@ -73,8 +75,16 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 def shard(model: torch.nn.Module, device: torch.device) -> None:
     """Shard `model` in place over all learner processes, onto `device`: one FSDP unit per
-    decoder layer and one for the root; gradients summed; scoring through the root."""
+    decoder layer and one for the root; gradients summed; scoring through the root.
+
+    Rank 0's `model` holds the weights; on every other process it is the same model's
+    structure on the meta device (`Policy.skeleton`). The shards are made there, empty, and
+    rank 0 sends each process its shard of every parameter, one tensor at a time, and its
+    buffers (those a state dict leaves out, such as rotary frequencies, too): no process but
+    rank 0 holds the whole model, so memory at the start grows with the model once, not once
+    per process."""
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    whole = model.state_dict() if dist.get_rank() == 0 else {}
     units = decoder_layers(model)
     for layer in units:
         fully_shard(layer, mesh=mesh)
@@ -85,6 +95,12 @@ def shard(model: torch.nn.Module, device: torch.device) -> None:
         # a plain SUM (gloo has no pre-multiplied sum; a factor of 1 then divides by nothing)
         unit.set_gradient_divide_factor(1.0)
         unit.set_force_sum_reduction_for_comms(True)
+    if any(t.is_meta for t in itertools.chain(model.parameters(), model.buffers())):
+        model.to_empty(device=device)
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(model, whole, options=options)
+    for buffer in model.buffers():
+        dist.broadcast(buffer, src=0)
 
 
 def is_sharded(model: torch.nn.Module) -> bool:

@@ -9,11 +9,13 @@ process failing stops the others at once instead of leaving them waiting at a co
 it: `report_lost_peers`; the checkpoints already written stay as they were). The
 processes run in a session of their own (the terminal's Ctrl-C goes to this launcher, which
 passes it on once). For several machines, use torchrun: honed reads its environment
-(`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`).
+(`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`). A learner process started
+as `python -m honed` leaves without Python's shutdown once its run has ended (`run_learner`).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import socket
@@ -21,7 +23,9 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 # Seconds the other processes get to stop after one failed, before they are killed.
 GRACE_S = 10.0
@@ -102,6 +106,38 @@ def _stop(procs: list[subprocess.Popen]) -> None:
             proc.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def run_learner(main: Callable[[], int]) -> NoReturn:
+    """Run `main` (the command line) in one of several learner processes, then leave with its
+    exit code without the interpreter's finalization.
+
+    gloo's worker threads outlive `destroy_process_group` (FSDP's units and the device mesh
+    keep the group, and so its threads, alive), and a worker that lets go of a collective's
+    tensors takes the GIL when a tensor's Python object goes with them. A worker that does so
+    while the interpreter finalizes (say it was preempted between finishing the collective and
+    letting go) is ended by Python in the middle of a C++ destructor, and C++ aborts the
+    process: "terminate called without an active exception", exit code -6, after a run that
+    ended well. So the process runs what Python's shutdown runs first, while every thread may
+    still take the GIL (the atexit handlers: W&B, MLflow, Ray and logging close there), flushes
+    its output and leaves with `os._exit`, skipping the finalization (module teardown) that
+    holds nothing of honed's: by the time `main` returns everything it writes is closed and the
+    processes have met at a last barrier (`LearnerGroup.close`). An error that escapes `main`
+    is printed first, as Python prints it, with exit code 1.
+    """
+    try:
+        code = main()
+    except SystemExit as exc:
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def report_lost_peers(exc: BaseException) -> None:

@@ -34,6 +34,7 @@ import torch.distributed as dist
 from honed.distributed.backend import RolloutBackend
 from honed.distributed.shard import split
 from honed.distributed.types import RolledGroup, RolloutRequest
+from honed.distributed.weight_sync import WeightSync
 from honed.models.policy import Policy
 
 # How long a process waits for the others at a collective before failing: long enough for a
@@ -74,6 +75,10 @@ class LearnerGroup:
         """The indices of `count` items (or groups) this process owns: a contiguous share."""
         return split(count, self.world_size)[self.rank]
 
+    def largest_share(self, count: int) -> int:
+        """How many of `count` items the process with the most owns (rank 0's share)."""
+        return len(split(count, self.world_size)[0])
+
     def gather(self, local: Sequence[Any]) -> list[Any]:
         """Every process's `local` list, concatenated in rank order (torch pickles them between
         this run's own processes; nothing is read from files)."""
@@ -98,6 +103,19 @@ class LearnerGroup:
                 t.copy_(flat[offset : offset + t.numel()].view_as(t))
                 offset += t.numel()
 
+    def from_main(self, value: Any) -> Any:
+        """Rank 0's `value`, on every process (what the others pass is ignored)."""
+        if not self.distributed:
+            return value
+        box = [value]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def barrier(self) -> None:
+        """Wait until every process has come here."""
+        if self.distributed:
+            dist.barrier()
+
     def any(self, flag: bool, device: torch.device) -> bool:
         """Whether `flag` is set on any process (all processes get the same answer)."""
         if not self.distributed:
@@ -117,12 +135,38 @@ class LearnerGroup:
     def close(self, *, wait: bool) -> None:
         """Leave the process group. With `wait` (the run ended cleanly on every process: it
         finished, or all agreed to stop) the processes first meet at a barrier, so that none
-        tears its connections down while a peer is still using them, which gloo answers by
-        aborting the peer. After a failure nothing waits: a peer may be gone."""
+        leaves, closing its connections, while another is still in a collective call with it
+        (which would fail there). After a failure nothing waits: a peer may be gone. (gloo's
+        worker threads outlive this; `honed.distributed.launch.run_learner` says why a learner
+        process then leaves without Python's shutdown.)"""
         if self.distributed and dist.is_initialized():
             if wait:
                 dist.barrier()
             dist.destroy_process_group()
+
+
+class PushFromMain:
+    """The weight sync of several learner processes: the servers get each version once.
+
+    Each process's rollout backend calls `push` after every optimizer step, once its own
+    requests in flight have ended. The processes wait for each other there, so that no server
+    changes its weights while another process's request is still generating; rank 0 alone
+    sends the weights (`inner.push`: every process holds the same weights after the step),
+    and every process learns from it the version the servers now serve and, with
+    `weight_sync: lora`, the adapter to request (`served_model`)."""
+
+    def __init__(self, inner: WeightSync, group: LearnerGroup) -> None:
+        self.inner = inner
+        self.group = group
+        self.served_model: str | None = getattr(inner, "served_model", None)
+
+    def push(self, policy: Policy, version: int) -> int:
+        self.group.barrier()
+        pushed = None
+        if self.group.is_main:
+            pushed = (self.inner.push(policy, version), getattr(self.inner, "served_model", None))
+        served, self.served_model = self.group.from_main(pushed)
+        return served
 
 
 class ShardedBackend:

@@ -8,10 +8,17 @@ is re-exported here, where it used to live, and so is `left_pad`, now in
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GenerationConfig,
+    PreTrainedModel,
+)
 from transformers.utils import logging as hf_logging
 
 from honed.config import PolicyConfig
@@ -87,6 +94,18 @@ class Policy:
         model, tokenizer = _base_model(policy_config, seed)
         if policy_config.lora is not None:
             model = add_adapters(model, policy_config.lora, seed, policy_config.model)
+        return cls(model, tokenizer, chat_template=policy_config.chat_template)
+
+    @classmethod
+    def skeleton(cls, policy_config: PolicyConfig, seed: int) -> Policy:
+        """The policy `from_config` builds, but its model's structure alone: every parameter
+        and buffer on the meta device, no weight read from disk or drawn at random. For a
+        learner process that receives its shard of the weights from rank 0
+        (`honed.distributed.fsdp.shard`) instead of holding the whole model first."""
+        model, tokenizer = _base_model(policy_config, seed, meta=True)
+        if policy_config.lora is not None:
+            with torch.device("meta"):
+                model = add_adapters(model, policy_config.lora, seed, policy_config.model)
         return cls(model, tokenizer, chat_template=policy_config.chat_template)
 
     @classmethod
@@ -187,19 +206,24 @@ class Policy:
         return generate(self.model, prompts, seeds, params, self.stop_ids, self.pad_id, self.decode)
 
 
-def _base_model(policy_config: PolicyConfig, seed: int) -> tuple[PreTrainedModel, object]:
-    """The config's model without adapters, on its device in its dtype, and its tokenizer."""
+def _base_model(
+    policy_config: PolicyConfig, seed: int, meta: bool = False
+) -> tuple[PreTrainedModel, object]:
+    """The config's model without adapters, on its device in its dtype (or with `meta` its
+    structure alone, on the meta device), and its tokenizer."""
     device = resolve_device(policy_config.device)
     dtype = resolve_dtype(policy_config.dtype, device)
     if policy_config.model == "tiny":
         tokenizer = build_char_tokenizer()
-        model = build_tiny_model(
-            policy_config.tiny, tokenizer, seed, policy_config.attn_implementation
-        )
+        with torch.device("meta") if meta else nullcontext():
+            model = build_tiny_model(
+                policy_config.tiny, tokenizer, seed, policy_config.attn_implementation
+            )
     else:
         path = resolve_model(policy_config.model, policy_config.gguf_file)
-        model, tokenizer = _load_folder(path, dtype, policy_config.attn_implementation)
-    model = model.to(device=device, dtype=dtype)
+        build = _empty_folder if meta else _load_folder
+        model, tokenizer = build(path, dtype, policy_config.attn_implementation)
+    model = model.to(device=torch.device("meta") if meta else device, dtype=dtype)
     if policy_config.gradient_checkpointing:
         enable_checkpointing(model)
     return model, tokenizer
@@ -218,6 +242,25 @@ def _load_folder(
     except (OSError, ValueError, ImportError) as exc:
         raise HonedError(f"could not load the model at '{path}': {exc}".splitlines()[0]) from exc
     _own_storage(model)
+    return model, _tokenizer(path)
+
+
+def _empty_folder(
+    path: Path, dtype: torch.dtype, attn_implementation: str | None
+) -> tuple[PreTrainedModel, object]:
+    """The model of a Hugging Face folder built from its config on the meta device (its
+    generation settings read as `from_pretrained` reads them), and its tokenizer."""
+    kwargs = {"dtype": dtype}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    try:
+        config = AutoConfig.from_pretrained(path)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, **kwargs)
+        if (path / "generation_config.json").is_file():
+            model.generation_config = GenerationConfig.from_pretrained(path)
+    except (OSError, ValueError, ImportError) as exc:
+        raise HonedError(f"could not load the model at '{path}': {exc}".splitlines()[0]) from exc
     return model, _tokenizer(path)
 
 

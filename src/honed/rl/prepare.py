@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from honed.config import TrainerConfig
+from honed.distributed.learner import LearnerGroup
 from honed.models.batching import build_batch, micro_batches
 from honed.models.lora import AdapterFreeReference
 from honed.models.policy import Policy
@@ -26,7 +27,7 @@ from honed.models.scoring import frozen_logprobs
 from honed.rewards.units import group_units, unit_rewards
 from honed.rl.advantages import compute_advantages
 from honed.rl.loss import kl_reward_penalty
-from honed.rl.nonfinite import check_penalties
+from honed.rl.nonfinite import NonFinite, check_penalties
 from honed.types import Group
 
 # One group's KL reward penalties: per trajectory, per segment, β·Σ k1 over its tokens.
@@ -66,14 +67,20 @@ def reward_penalties(
     reference: torch.nn.Module | AdapterFreeReference | None,
     groups: list[Group],
     settings: TrainerConfig,
+    learners: LearnerGroup | None = None,
+    sharded: bool = False,
 ) -> list[Penalties]:
     """The KL reward penalty β·Σ_t (log π_old − log π_ref) of every segment of `groups`.
 
     π_old is `policy` now, before this step's update, scored by the learner itself; the
-    penalty is a fixed part of the reward, so no gradient flows through it.
+    penalty is a fixed part of the reward, so no gradient flows through it. Each learner
+    process scores its share of the micro-batches one process would score (the same rows
+    together, so the same values) and all processes get them all, with any non-finite
+    penalty found on one of them: every process then decides alike (`honed.rl.nonfinite`).
     """
     if reference is None:
         raise ValueError("the KL reward penalty needs a reference model")
+    learners = learners or LearnerGroup()
     segments = [
         (gi, ti, si, seg)
         for gi, g in enumerate(groups)
@@ -82,7 +89,9 @@ def reward_penalties(
     ]
     out: list[Penalties] = [[[0.0] * len(t.segments) for t in g.trajectories] for g in groups]
     scored = [x for x in segments if x[3].completion_ids]
-    for idx in micro_batches(len(scored), settings.micro_batch_size):
+    batches = micro_batches(len(scored), settings.micro_batch_size)
+
+    def penalties(idx: list[int]) -> tuple[list[float], tuple[str, list[str]] | None]:
         chunk = [scored[i][3] for i in idx]
         batch = build_batch(
             [s.prompt_ids for s in chunk],
@@ -94,14 +103,26 @@ def reward_penalties(
         ref = frozen_logprobs(reference, batch, settings.temperature)
         penalty = kl_reward_penalty(logp, ref, batch.completion_mask.float(), settings.beta)
         penalty_cpu = penalty.cpu()  # one copy from the device, not one per row
-        check_penalties(
-            penalty_cpu,
-            {"the policy's": logp, "the reference's": ref},
-            [groups[scored[i][0]].env for i in idx],
-        )
-        for row, i in enumerate(idx):
+        try:
+            check_penalties(
+                penalty_cpu,
+                {"the policy's": logp, "the reference's": ref},
+                [groups[scored[i][0]].env for i in idx],
+            )
+        except NonFinite as found:
+            return penalty_cpu.tolist(), (found.where, found.envs)
+        return penalty_cpu.tolist(), None
+
+    mine = [penalties(batches[b]) for b in learners.shard(len(batches))]
+    if sharded and batches:  # a sharded model's forwards are collective calls
+        for _ in range(learners.largest_share(len(batches)) - len(mine)):
+            penalties(batches[0][:1])  # as many on every process, the fewest rows
+    for idx, (values, problem) in zip(batches, learners.gather(mine), strict=True):
+        if problem is not None:
+            raise NonFinite("logprob", *problem)
+        for i, value in zip(idx, values, strict=True):
             gi, ti, si, _ = scored[i]
-            out[gi][ti][si] = float(penalty_cpu[row])
+            out[gi][ti][si] = value
     return out
 
 

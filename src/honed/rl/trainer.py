@@ -169,7 +169,7 @@ class GRPOTrainer:
 
     def warm_start(self) -> Policy:
         """The policy GRPO starts from: the model itself, or after supervised warm-start."""
-        policy = Policy.from_config(self.policy_settings(), self.config.seed)
+        policy = self._build()
         if self.config.sft.steps == 0:
             return policy
         if is_checkpoint(self.run.warmstart):
@@ -189,14 +189,24 @@ class GRPOTrainer:
 
     def policy_settings(self) -> PolicyConfig:
         """The policy config models are built with: the run's, or with fsdp the same model
-        built on the CPU (in the dtype the device takes), each process then keeping its shard
-        on the device (`honed.distributed.fsdp.shard`): no process holds the whole model there."""
+        built on the CPU (in the dtype the device takes) by rank 0, which sends each process
+        its shard on the device (`honed.distributed.fsdp.shard`): no process holds the whole
+        model there, and no process but rank 0 holds it anywhere."""
         if not self.sharded:
             return self.config.policy
         dtype = resolve_dtype(self.config.policy.dtype, self.device)
         return self.config.policy.model_copy(update={"device": "cpu", "dtype": dtype_name(dtype)})
 
+    def _build(self) -> Policy:
+        """The policy the config describes; with fsdp, on processes other than rank 0, its
+        structure alone (`Policy.skeleton`), whose shards rank 0 fills."""
+        if self.sharded and not self.learners.is_main:
+            return Policy.skeleton(self.policy_settings(), self.config.seed)
+        return Policy.from_config(self.policy_settings(), self.config.seed)
+
     def _load(self, path: Path) -> Policy:
+        if self.sharded and not self.learners.is_main:  # the same model; rank 0 reads it
+            return self._build()
         return Policy.from_checkpoint(path, self.policy_settings(), self.config.seed)
 
     def _reference(self, resumed: bool) -> torch.nn.Module | AdapterFreeReference | None:
@@ -212,7 +222,7 @@ class GRPOTrainer:
         elif not resumed:
             ref = copy.deepcopy(self.policy.model)
         else:
-            ref = Policy.from_config(self.policy_settings(), self.config.seed).model
+            ref = self._build().model
         ref.eval()
         for p in ref.parameters():
             p.requires_grad_(False)
@@ -249,13 +259,14 @@ class GRPOTrainer:
         """The policy (the checkpoint's, or the warm-start) and the KL reference, sharded with
         fsdp; the reference is returned for the update."""
         self.policy = self._load(checkpoint[1]) if checkpoint else self.warm_start()
-        check_weights(
-            self.policy.model, str(checkpoint[1]) if checkpoint else "the starting policy"
-        )
+        holds_weights = not self.sharded or self.learners.is_main  # else rank 0 sends them
+        if holds_weights:
+            where = str(checkpoint[1]) if checkpoint else "the starting policy"
+            check_weights(self.policy.model, where)
         if self.config.trainer.disable_dropout:
             disable_dropout(self.policy.model)
         reference = self._reference(resumed=checkpoint is not None)
-        if isinstance(reference, torch.nn.Module):
+        if holds_weights and isinstance(reference, torch.nn.Module):
             check_weights(reference, "the reference model")
         if self.sharded:
             fsdp.shard(self.policy.model, self.device)
@@ -312,7 +323,9 @@ class GRPOTrainer:
     def _setup_rollouts(self, checkpoint: tuple[dict[str, Any], Path] | None) -> None:
         """The rollout backend (split across learner processes), the pipeline with the
         requests a checkpoint had submitted ahead, and the backend's first weights."""
-        self.rollouts = build_backend(self.config, self.envs, self.policy, self.run.path)
+        self.rollouts = build_backend(
+            self.config, self.envs, self.policy, self.run.path, self.learners
+        )
         if self.learners.distributed:
             self.rollouts = ShardedBackend(self.rollouts, self.learners)
         self.pipeline = RolloutPipeline(self.rollouts, self.config.distributed.max_staleness)
@@ -490,7 +503,14 @@ class GRPOTrainer:
         if not self.config.trainer.kl_in_reward:
             return [None] * len(rolled)
         groups = [r.group for r in rolled]
-        return reward_penalties(self.policy, self.update.reference, groups, self.config.trainer)
+        return reward_penalties(
+            self.policy,
+            self.update.reference,
+            groups,
+            self.config.trainer,
+            self.learners,
+            self.sharded,
+        )
 
     def _with_spread(self, pool: list[RolledGroup], penalties: list[Penalties | None]) -> list[int]:
         """Indices of the groups of `pool` whose signal has spread."""
@@ -655,7 +675,8 @@ class GRPOTrainer:
         self.setup(resume)
         clean = False
         try:
-            summary = self._train()
+            with self.life.running():
+                summary = self._train()
             clean = True
             return summary
         except RunInterrupted as stop:

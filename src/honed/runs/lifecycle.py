@@ -4,8 +4,10 @@ GRPO (`honed.rl.trainer`) and the skill loop (`honed.skills.trainer`) differ in 
 does and what their state holds; everything around the steps is here, so that a behaviour
 fixed once is fixed for both:
 
-- **open**: create the run directory (refusing one whose entries link outside it), read the
-  state to resume from if asked, and say so when there is none;
+- **open**: create the run directory (refusing one whose entries link outside it), refuse to
+  resume a run another process is training (`run_state.json` says `running` with a live
+  heartbeat, exit code 2), read the state to resume from if asked, and say so when there is
+  none;
 - **resume**: compare the run's config with the one in force (`resume_changes`), refuse a
   change that cannot apply (`refuse`, exit code 2) before anything is written, print each
   change in one line, refuse a state written in a format this honed does not know
@@ -19,7 +21,11 @@ fixed once is fixed for both:
   (a misbehaving server) raises `StopRun` and is abandoned. Either way the state of the last
   finished step is what is saved, the reason is returned for the summary, and `--resume`
   continues from there;
-- **close**: close the sinks and write `summary.json` atomically.
+- **close**: close the sinks and write `summary.json` atomically;
+- **what the run is doing**, in `run_state.json` (`honed.runs.run_state`): `running` from
+  `start`, with a heartbeat after every step and, inside `running()`, every half minute;
+  `finished` at `close`; `interrupted` or `failed` (with the error's line) when `running()`
+  ends by a Ctrl-C or an error. Learner processes other than rank 0 write none of it.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from typing import Any, NamedTuple, NoReturn, Protocol, TypeVar
 
 from honed.config import config_changes, format_change
 from honed.errors import HonedError
+from honed.runs import run_state
 from honed.runs.progress import Reporter
 from honed.runs.rundir import RunDir
 from honed.runs.sinks import Sinks
@@ -178,6 +185,7 @@ class RunLifecycle:
         self.reporter = reporter
         self.started = time.perf_counter()
         self.sinks: Sinks | None = None
+        self.state: run_state.RunStateFile | None = None
 
     @property
     def seconds(self) -> float:
@@ -188,6 +196,8 @@ class RunLifecycle:
         """Create the run directory and return the state to resume from, if asked for and
         there is one."""
         self.run.create()
+        if resume:
+            run_state.refuse_if_running(self.run.file(run_state.FILE), self.run.path)
         state = read_state() if resume else None
         if resume and state is None:
             self.reporter.note(f"nothing to resume in {self.run.path}: starting a new run")
@@ -205,6 +215,27 @@ class RunLifecycle:
         self.run.write_config(config_text)
         self.run.truncate_logs(resumed_step or 0, keep_start=resumed_step is not None)
         self.sinks = sinks
+        if not self.run.read_only:
+            self.state = run_state.RunStateFile(self.run.file(run_state.FILE), resumed_step or 0)
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        """The run at work: a heartbeat every half minute for the duration (whatever a step or
+        an evaluation is doing), and a Ctrl-C or an error that ends it written as the run's
+        state (`interrupted`, `failed` with its line) before it goes on up. Several in turn
+        are one run (the skill loop's set-up, then its steps)."""
+        if self.state is None:
+            yield
+            return
+        try:
+            with self.state.beating():
+                yield
+        except (RunInterrupted, KeyboardInterrupt):
+            self.state.end("interrupted")
+            raise
+        except Exception as exc:
+            self.state.end("failed", run_state.error_line(exc))
+            raise
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         assert self.sinks is not None, "start() opens the sinks"
@@ -240,6 +271,8 @@ class RunLifecycle:
                         stopping = loop.agree_to_stop(stop.requested)
                         if loop.checkpoint_due() or stopping or halt is not None:
                             loop.save()
+                        if self.state is not None:
+                            self.state.beat(loop.step)
                         advance(loop.describe(record))
             except KeyboardInterrupt:
                 self.close_sinks()
@@ -257,9 +290,11 @@ class RunLifecycle:
             self.sinks = None
 
     def close(self, summary: dict[str, Any]) -> dict[str, Any]:
-        """Close the sinks and write `summary.json` atomically."""
+        """Close the sinks and write `summary.json` atomically: the run has finished."""
         self.close_sinks()
         self.run.write_summary(summary)
+        if self.state is not None:
+            self.state.end("finished")
         return summary
 
 

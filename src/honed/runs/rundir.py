@@ -6,6 +6,7 @@ samples.jsonl      a few prompts / completions / rewards per step
 rollouts/          step_NNNNNN.json: a bounded sample of each step's groups (`runs/rollouts.py`)
 checkpoints/       step_N/ (a Hugging Face model directory + trainer_state.pt), warmstart/
 summary.json       initial_eval, final_eval, timings
+run_state.json     running (with a heartbeat), finished, interrupted or failed (`runs/run_state.py`)
 reward.png         reward per step
 """
 
@@ -17,7 +18,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from honed.runs import rollouts
+from honed.runs import rollouts, run_state
 from honed.runs.files import atomic_write_json, atomic_write_text, inside
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -27,6 +28,9 @@ STATE_FILE = "trainer_state.pt"
 class RunDir:
     """A GRPO run's directory. Every path it hands out has been checked to stay inside it
     (`file`), so no read, write or delete through it follows a link out of the run."""
+
+    # whether this process writes the run (learner processes other than rank 0 only read it)
+    read_only = False
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -83,6 +87,7 @@ class RunDir:
         "samples.jsonl",
         rollouts.FOLDER,
         "summary.json",
+        run_state.FILE,
         "checkpoints",
         "reward.png",
         "eval",
@@ -171,6 +176,8 @@ class RunDir:
 class ReadOnlyRunDir(RunDir):
     """A run directory as the learner processes other than rank 0 see it: they read it (the
     checkpoint to resume from) and write nothing, since rank 0 writes everything once."""
+
+    read_only = True
 
     def create(self) -> None:
         self.check()

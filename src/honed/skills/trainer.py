@@ -343,7 +343,8 @@ class SkillTrainer:
             self.current = self.run.skills.load(self.current_version)
             atomic_write_text(self.run.best_path, self.run.skills.load(self.best_version).text)
             return True
-        self._start_from_initial_skill()
+        with self.life.running():
+            self._start_from_initial_skill()
         return True
 
     def _count_from_journal(self, state: dict[str, Any] | None) -> None:
@@ -1098,18 +1099,19 @@ class SkillTrainer:
         server) raises `RunStopped` once the summary is written."""
         if not self.setup(resume):
             return self.run.read_summary()
-        if self._epoch_ends_now():  # a resumed run that stopped right at an epoch's end
-            self._close_epoch_within_budget()
-            self.save()
-        stop = self.life.steps(self, "skill steps", self.total_steps)
-        if stop is None:  # the last step: asked here, as the lifecycle asks only before one
-            stop = self._budget_stop or self._skipped_stop() or self._persistent_stop()
-            if stop is not None and stop.kind == "patience":
-                stop = None  # the run ended at its last step, patience or not
-        held_out, skipped, stop = self._held_out(stop)
-        summary = self.life.close(self.summary(self.life.seconds, stop, held_out, skipped))
-        if stop is not None and stop.error:
-            raise RunStopped(stop, self.step, self.saved())
+        with self.life.running():
+            if self._epoch_ends_now():  # a resumed run that stopped right at an epoch's end
+                self._close_epoch_within_budget()
+                self.save()
+            stop = self.life.steps(self, "skill steps", self.total_steps)
+            if stop is None:  # the last step: asked here, as the lifecycle asks only before one
+                stop = self._budget_stop or self._skipped_stop() or self._persistent_stop()
+                if stop is not None and stop.kind == "patience":
+                    stop = None  # the run ended at its last step, patience or not
+            held_out, skipped, stop = self._held_out(stop)
+            summary = self.life.close(self.summary(self.life.seconds, stop, held_out, skipped))
+            if stop is not None and stop.error:
+                raise RunStopped(stop, self.step, self.saved())
         return summary
 
     def evaluate(self, skill: SkillDocument) -> dict[str, float]:

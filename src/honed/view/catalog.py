@@ -22,9 +22,10 @@ from typing import Any
 import yaml
 
 from honed.errors import HonedError
+from honed.runs import run_state
 
 # A folder holding `config.yaml` and one of these is a run.
-MARKERS = ("metrics.jsonl", "state.json", "summary.json", "checkpoints")
+MARKERS = ("metrics.jsonl", "state.json", run_state.FILE, "summary.json", "checkpoints")
 # A run's own folders, never searched for runs inside it.
 RUN_FOLDERS = frozenset(
     {"checkpoints", "rollouts", "steps", "skills", "cache", "consolidation", "tensorboard", "eval"}
@@ -32,7 +33,8 @@ RUN_FOLDERS = frozenset(
 MAX_DEPTH = 4
 # Largest file the viewer reads; a bigger one is reported instead of read.
 MAX_FILE_BYTES = 64 * 1024 * 1024
-# A run counts as running while it wrote within this long, or three of its step intervals.
+# A run without `run_state.json` (written before honed kept one) counts as running while it
+# wrote within this long, or three of its step intervals.
 ACTIVE_SECONDS = 120.0
 
 
@@ -164,11 +166,27 @@ def kind(run: RunFiles, config: dict[str, Any]) -> str:
 
 @dataclass
 class Status:
-    state: str  # running, finished or interrupted
-    updated: float  # when the run last wrote, Unix seconds
+    state: str  # running, finished, interrupted, failed or stale
+    updated: float  # the run's last heartbeat or write, Unix seconds
+    error: str | None = None  # what ended a failed run, one line
 
 
 def status(run: RunFiles, times: list[float], now: float | None = None) -> Status:
+    """What the run says it is doing in `run_state.json` (`honed.runs.run_state`): running,
+    finished, interrupted, failed, or stale when it says running but its heartbeat stopped
+    (killed outright). A run written before that file is judged by its files' times."""
+    record = run.json(run_state.FILE)
+    if isinstance(record, dict) and record.get("state") in (*run_state.ENDED, "running"):
+        heartbeat = record.get("heartbeat")
+        updated = float(heartbeat) if isinstance(heartbeat, int | float) else 0.0
+        error = record.get("error") if record["state"] == "failed" else None
+        return Status(
+            run_state.judge(record, now), updated, error if isinstance(error, str) else None
+        )
+    return inferred_status(run, times, now)
+
+
+def inferred_status(run: RunFiles, times: list[float], now: float | None = None) -> Status:
     """Finished when `summary.json` is the run's last write; running while it wrote lately
     (within `ACTIVE_SECONDS`, or three of its recent step intervals if longer); otherwise
     interrupted (stopped without a summary, or resumed and stopped again)."""

@@ -37,6 +37,7 @@ def run_summary(run: RunFiles, cache: MetricsCache) -> dict[str, Any]:
         "name": run.dir.name,
         "kind": run_kind,
         "status": state.state,
+        "error": state.error,
         "updated": state.updated,
         "started": times[0] if times else None,
         "steps": steps,

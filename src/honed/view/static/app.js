@@ -68,6 +68,15 @@ function result(run) {
   return html`${best}<div class="muted small">gate metric ${fmt(l.metric_after)} · train ${fmt(l.train_hard)}</div>`;
 }
 
+// What each status means, shown on hover (docs/view.md).
+const STATUS_TITLES = {
+  running: "training now: its heartbeat is recent",
+  finished: "ended and wrote its summary",
+  interrupted: "stopped by Ctrl-C after saving: --resume continues it",
+  failed: "an error ended it (the line below); --resume continues from its last checkpoint",
+  stale: "said it was running, but its heartbeat stopped (killed, or its machine went down): --resume continues it",
+};
+
 function RunsPage() {
   const [data, setData] = useState(null);
   const [error, setError] = useState(null);
@@ -91,7 +100,8 @@ function RunsPage() {
         <td><input type="checkbox" checked=${picked.includes(run.id)} onChange=${() => toggle(run.id)} /></td>
         <td><a href=${href("curves", { runs: run.id })}><b>${run.id === "." ? run.name : run.id}</b></a>
           <div><${Badge} kind=${run.kind}>${run.kind === "grpo" ? "GRPO" : "skills"}<//></div></td>
-        <td><${Badge} kind=${run.status}>${run.status}<//></td>
+        <td><span title=${STATUS_TITLES[run.status] || ""}><${Badge} kind=${run.status}>${run.status}<//></span>
+          ${run.error ? html`<div class="muted small run-error">${run.error}</div>` : ""}</td>
         <td class="num">${run.steps}${run.max_steps ? html`<span class="muted"> / ${run.max_steps}</span>` : ""}${progress(run)}</td>
         <td><div>${run.config.model ?? "–"}</div><div class="muted small">${(run.config.envs || []).join(", ")}</div></td>
         <td>${settings(run)}</td>
