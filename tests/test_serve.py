@@ -425,6 +425,10 @@ def test_smollm2_serves_its_chat_template_and_describes_tools():
 
     with LocalServer(load_policy("smollm2-135m-instruct", "cpu", "float32", 0), "smol") as server:
         client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        plain = client.chat.completions.create(
+            model="smol", messages=QUESTION, temperature=0, max_tokens=12
+        )
+        assert "4" in plain.choices[0].message.content
         reply = client.chat.completions.create(
             model="smol",
             messages=QUESTION,

@@ -86,8 +86,10 @@ def chat_format(policy: Policy, request: ChatRequest) -> ChatFormat:
             param="messages",
         )
     tools = [t.model_dump(exclude_none=True) for t in request.tools or []]
+    # without tools no call is parsed: the format need not be found in the template
+    tool_format = "auto" if tools else "hermes"
     try:
-        return ChatFormat(policy.tokenizer, policy.end_of_turn_id, tools)
+        return ChatFormat(policy.tokenizer, policy.end_of_turn_id, tools, tool_format)
     except HonedError as err:
         raise ServeError(400, str(err), param="tools") from None
 
