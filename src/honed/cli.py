@@ -180,7 +180,8 @@ def _add_serve_parser(sub: argparse._SubParsersAction) -> None:
         "--batch-window-ms",
         type=float,
         default=10.0,
-        help="how long the first request of a batch waits for others to join it",
+        help="a batch takes the requests that follow within this many ms of the last "
+        "(10 windows at most)",
     )
     serve.add_argument(
         "--default-max-tokens",

@@ -1,8 +1,9 @@
 """Batching concurrent requests into honed's sampler, and swapping weights between batches.
 
 One thread owns the model. Requests from the web server's event loop become `Job`s on a queue;
-the thread takes the first job that arrives, keeps collecting for `window_s` seconds (or until
-`max_batch` rows wait), and runs what it collected as few calls of
+the thread takes the first job that arrives, keeps collecting while more follow within
+`window_s` seconds of the last (at most `MAX_WINDOWS` windows, or until `max_batch` rows
+wait), and runs what it collected as few calls of
 `honed.models.generation.generate` as the requests' sampling settings allow: one per distinct
 (temperature, top-p, extra stop tokens), in chunks of at most `max_batch` rows. A request's
 rows each carry their own seed, and the sampler draws a row's randomness from its seed alone,
@@ -31,6 +32,7 @@ from honed.models.policy import Policy
 from honed.types import Sample
 
 _STOP = object()  # queued by `close`: the engine's thread ends when it reaches it
+MAX_WINDOWS = 10  # the longest a batch waits for more requests, in collection windows
 
 
 @dataclass(frozen=True)
@@ -130,12 +132,15 @@ class Engine:
             self._run(jobs)
 
     def _collect(self, first: Job) -> tuple[list[Job], _Call | object | None]:
-        """The jobs that arrive within the window after `first`, up to `max_batch` rows; a
-        reload or the stop marker ends the collection and is returned, to come after it."""
+        """The jobs that follow `first` with no gap longer than the window (a burst of
+        requests is parsed one after another, so it arrives spread out), for at most
+        `MAX_WINDOWS` windows and `max_batch` rows; a reload or the stop marker ends the
+        collection and is returned, to come after it."""
         jobs, rows = [first], len(first.prompts)
-        deadline = time.monotonic() + self.window_s
+        now = time.monotonic()
+        last_call, deadline = now + MAX_WINDOWS * self.window_s, now + self.window_s
         while rows < self.max_batch:
-            left = deadline - time.monotonic()
+            left = min(deadline, last_call) - time.monotonic()
             if left <= 0:
                 break
             try:
@@ -146,6 +151,7 @@ class Engine:
                 return jobs, nxt
             jobs.append(nxt)
             rows += len(nxt.prompts)
+            deadline = time.monotonic() + self.window_s
         return jobs, None
 
     def _apply(self, work: _Call) -> None:
