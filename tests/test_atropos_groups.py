@@ -81,6 +81,8 @@ def test_malformed_groups_are_refused_naming_the_environment():
         to_group(scored_group(masks=[[M, M, 7, 8], [M, M, 9, M, 10]]), decode)
     with pytest.raises(HonedError, match="'scores' has 1 rows for 2 sequences"):
         to_group(scored_group(scores=[1.0]), decode)
+    with pytest.raises(HonedError, match="environment 2 carries 'images'"):
+        to_group(scored_group(images=["data:image/png;base64,AAAA"]), decode)
     with pytest.raises(HonedError, match="'advantages' holds a value that is not finite"):
         to_group(scored_group(advantages=[[math.nan] * 4, [0.0] * 6]), decode)
 

@@ -93,6 +93,8 @@ def to_group(data: dict[str, Any], decode: Callable[[list[int]], str]) -> tuple[
     a wrong one 0 or −1); `inference_logprobs` (Atropos puts 1.0 at untrained positions) are
     the behaviour log-probs; per-token `advantages`, and `overrides` with
     `set_advantage_to_zero`, fix the segments' advantages (`Segment.advantages`).
+    `ref_logprobs` are not used (honed scores its own reference); images and distillation
+    targets are refused.
     """
     env_id = data.get("env_id")
     where = f"a group from Atropos environment {env_id}"
@@ -104,6 +106,12 @@ def to_group(data: dict[str, Any], decode: Callable[[list[int]], str]) -> tuple[
     scores = _rows(data, "scores", n, where)
     if masks is None or scores is None:
         raise HonedError(f"{where} needs 'masks' and 'scores' for its {n} sequences")
+    for key in ("images", "distill_token_ids", "distill_logprobs"):
+        if data.get(key):
+            raise HonedError(
+                f"{where} carries '{key}': honed trains text policies by GRPO, not on images "
+                "or distillation targets"
+            )
     inference = _rows(data, "inference_logprobs", n, where)
     advantages = _rows(data, "advantages", n, where)
     overrides = _rows(data, "overrides", n, where) or [{}] * n
