@@ -5,6 +5,7 @@ These need no atroposlib (`test_atropos_e2e.py` runs the real API and a real env
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -20,7 +21,8 @@ from honed.models.policy import Policy
 from honed.models.scoring import frozen_logprobs
 from honed.rewards import NormalizerSet
 from honed.rl.loss import grpo_loss
-from honed.rl.prepare import prepare
+from honed.rl.prepare import TrainSequence, prepare
+from honed.rl.update import PolicyUpdate
 
 M = -100
 
@@ -107,25 +109,18 @@ def test_prepare_trains_fixed_advantages_token_by_token():
     assert two.token_advantages == [0.0] * 4 and two.advantage == 0.0
 
 
-def test_per_token_advantages_equal_to_a_sequences_give_its_loss():
+def test_each_token_is_weighted_by_its_own_advantage_in_the_loss():
     logp = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -0.2, -0.1]], requires_grad=True)
-    old = logp.detach() + 0.1
+    old = logp.detach() + 0.1  # ratios of e^-0.1, inside the clip range
     weights = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]]) / 5
-    scalar = grpo_loss(
-        logp, old, torch.tensor([0.7, -1.2]), weights, epsilon_low=0.2, epsilon_high=0.2
-    )
-    tokens = torch.tensor([[0.7] * 3, [-1.2] * 3])
-    spread = grpo_loss(logp, old, tokens, weights, epsilon_low=0.2, epsilon_high=0.2)
-    assert torch.equal(scalar.loss, spread.loss)
-    varied = grpo_loss(
-        logp,
-        old,
-        torch.tensor([[0.7, 0.0, 5.0], [-1.2] * 3]),
-        weights,
-        epsilon_low=0.2,
-        epsilon_high=0.2,
-    )
-    assert not torch.equal(varied.loss, scalar.loss)
+    clip = {"epsilon_low": 0.2, "epsilon_high": 0.2}
+    scalar = grpo_loss(logp, old, torch.tensor([0.7, -1.2]), weights, **clip)
+    repeated = grpo_loss(logp, old, torch.tensor([[0.7] * 3, [-1.2] * 3]), weights, **clip)
+    assert torch.equal(scalar.loss, repeated.loss)
+    per_token = torch.tensor([[0.0, 2.1, 0.0], [-1.2, 0.0, -2.4]])
+    varied = grpo_loss(logp, old, per_token, weights, **clip)
+    expected = -(weights * torch.exp(logp - old) * per_token).sum()
+    assert torch.allclose(varied.loss, expected, atol=1e-7)
 
 
 def test_an_environment_first_met_gets_a_normaliser_with_the_settings():
@@ -217,3 +212,32 @@ def test_the_config_and_the_backend_refuse_what_atropos_cannot_do(
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(HonedError, match="one learner process"):
         AtroposBackend(atropos_config(tmp_path), small_policy, tmp_path, None, api=FakeAPI([]))
+
+
+def _gradient(policy: Policy, sequences: list[TrainSequence]) -> torch.Tensor:
+    model = copy.deepcopy(policy.model)
+    clone = copy.copy(policy)
+    clone.model = model
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    settings = TrainerConfig(max_completion_length=4, max_grad_norm=None, micro_batch_size=2)
+    PolicyUpdate(clone, optimizer, schedule, settings).step(sequences)
+    return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+
+def test_the_update_trains_each_token_with_its_fixed_advantage(small_policy):
+    """A sequence whose fixed advantages are its scalar one everywhere trains as before (in a
+    micro-batch with sequences without any); changing one token's changes the gradient."""
+    prompt = [1, 10, 11]
+
+    def sequence(advantage: float, tokens: list[float] | None = None) -> TrainSequence:
+        return TrainSequence(
+            prompt, [12, 13, 14], [1, 1, 1], [0.0] * 3, advantage, False, 0, tokens
+        )
+
+    plain = [sequence(0.5), sequence(-0.5), sequence(1.0)]
+    fixed = [sequence(0.5, [0.5] * 3), sequence(-0.5), sequence(1.0, [1.0] * 3)]
+    varied = [sequence(0.5, [0.5, 0.0, 0.5]), sequence(-0.5), sequence(1.0, [1.0] * 3)]
+    reference = _gradient(small_policy, plain)
+    assert torch.allclose(_gradient(small_policy, fixed), reference, atol=1e-7, rtol=0)
+    assert not torch.allclose(_gradient(small_policy, varied), reference, atol=1e-5, rtol=0)
