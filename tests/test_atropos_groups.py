@@ -21,6 +21,7 @@ from honed.models.policy import Policy
 from honed.models.scoring import frozen_logprobs
 from honed.rewards import NormalizerSet
 from honed.rl.loss import grpo_loss
+from honed.rl.plan import training_plan
 from honed.rl.prepare import TrainSequence, prepare
 from honed.rl.update import PolicyUpdate
 
@@ -241,3 +242,16 @@ def test_the_update_trains_each_token_with_its_fixed_advantage(small_policy):
     reference = _gradient(small_policy, plain)
     assert torch.allclose(_gradient(small_policy, fixed), reference, atol=1e-7, rtol=0)
     assert not torch.allclose(_gradient(small_policy, varied), reference, atol=1e-5, rtol=0)
+
+
+def test_the_dry_run_says_where_groups_come_from_and_weights_go(tmp_path):
+    config = atropos_config(
+        tmp_path,
+        "distributed.server.base_url=http://127.0.0.1:30000/v1",
+        "distributed.server.model=m",
+    )
+    rows = dict(training_plan(config))
+    assert rows["rollouts on"] == (
+        "Atropos environments, pulled from the trajectory API at http://127.0.0.1:9; weights "
+        "to http://127.0.0.1:30000/v1 (reload)"
+    )
