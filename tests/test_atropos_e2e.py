@@ -217,6 +217,9 @@ def test_honed_trains_behind_atropos_and_the_environment_samples_the_new_weights
             assert [r["step"] for r in trained] == [1, 2]
             assert all(r["groups/trained"] > 0 and r["atropos/batches"] >= 1 for r in trained)
             assert trained[-1]["reward_norm/atropos_0/count"] == 16
+            # the groups are kept for `honed view` as any run's
+            viewed = json.loads((run / "rollouts" / "step_000002.json").read_text())
+            assert {g["env"] for g in viewed["groups"]} == {"atropos_0"}
             # the weights of each step went into the server; it now serves step 2's
             assert server.served.weights_path == str((weights / "step_2").resolve())
             # the environment saved its curriculum with honed's checkpoint of step 2
