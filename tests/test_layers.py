@@ -31,10 +31,13 @@ ALLOWED: dict[str, set[str]] = {
         *("config", "types", "errors", "text"),
     },
     "view": {"runs", "errors"},
+    # `honed serve`: the sampler, the chat templates and tool-call parsing of the tool
+    # environments, a run's latest checkpoint, and the viewer's loopback and socket helpers
+    "serve": {"envs", "models", "runs", "view", "config", "types", "errors", "text"},
     # the configuration reference: both configs' fields, for `honed config` and the README
     "config_reference": {"config", "skills"},
     "cli": {
-        *("rl", "skills", "view", "distributed", "envs", "models", "runs", "sampling"),
+        *("rl", "skills", "view", "serve", "distributed", "envs", "models", "runs", "sampling"),
         *("rewards", "config", "config_reference", "types", "errors", "text", "user_code"),
         "honed",
     },

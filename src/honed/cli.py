@@ -46,6 +46,7 @@ Train LLM agents by reinforcement (GRPO) and by reflection (skill optimisation).
   honed skills train examples/skills_qa.yaml               optimise a skill document
   honed skills eval examples/skills_qa.yaml --skill best_skill.md --run-dir runs/skills_qa
   honed view runs/                                         look at runs in a browser
+  honed serve runs/quickstart                              the trained policy as an OpenAI API
   honed config CONFIG                                      the resolved config, each key's help
   honed config --schema > honed.schema.json                its JSON schema, for editors
 """
@@ -143,6 +144,75 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar or tables")
 
 
+def _add_serve_parser(sub: argparse._SubParsersAction) -> None:
+    serve = sub.add_parser(
+        "serve",
+        help="serve a policy over an OpenAI-compatible API",
+        description="Serve a model, a checkpoint or a run's latest checkpoint over "
+        "OpenAI's completions and chat API (and SGLang's /generate and "
+        "/update_weights_from_disk), batching concurrent requests; listens on 127.0.0.1. "
+        "Needs the serve extra (pip install 'honed[serve]').",
+    )
+    serve.add_argument(
+        "source",
+        metavar="CHECKPOINT_OR_MODEL",
+        help="a run directory, a checkpoint, a Hugging Face folder, or a policy.model name "
+        "(tiny, smollm2-135m-instruct, a Hub id in the local cache)",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    serve.add_argument(
+        "--served-model-name", dest="name", help="the model's name in the API (default: SOURCE)"
+    )
+    serve.add_argument(
+        "--api-key-env",
+        metavar="NAME",
+        help="the environment variable holding the key clients must send as a bearer token",
+    )
+    serve.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
+    serve.add_argument(
+        "--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16")
+    )
+    serve.add_argument("--seed", type=int, default=0, help="initialises the tiny policy")
+    serve.add_argument(
+        "--max-batch", type=int, default=32, help="most completions generated together"
+    )
+    serve.add_argument(
+        "--batch-window-ms",
+        type=float,
+        default=10.0,
+        help="a batch takes the requests that follow within this many ms of the last "
+        "(10 windows at most)",
+    )
+    serve.add_argument(
+        "--default-max-tokens",
+        type=int,
+        default=256,
+        help="max_tokens of a request that names none",
+    )
+    serve.add_argument(
+        "--weights-dir",
+        dest="weights_dirs",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="allow /update_weights_from_disk to load folders inside DIR (repeatable); "
+        "without it reloads are refused",
+    )
+    serve.add_argument("--ssl-certfile", help="serve https with this certificate")
+    serve.add_argument("--ssl-keyfile", help="the certificate's private key")
+    serve.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="listen beyond 127.0.0.1 without a key",
+    )
+    serve.add_argument(
+        "--allow-insecure-http",
+        action="store_true",
+        help="take the key over plain http beyond 127.0.0.1 (a network of your own)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="honed", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -196,6 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_export_parser(sub)
     _add_skills_parser(sub)
     _add_view_parser(sub)
+    _add_serve_parser(sub)
     _add_show_config_parser(sub, "GRPO", "honed train")
     return parser
 
@@ -713,6 +784,14 @@ def cmd_view(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from honed.serve import ServeOptions, serve
+
+    fields = ServeOptions.__dataclass_fields__
+    serve(args.source, ServeOptions(**{k: v for k, v in vars(args).items() if k in fields}))
+    return 0
+
+
 COMMANDS = {
     "train": cmd_train,
     "sft": cmd_sft,
@@ -720,6 +799,7 @@ COMMANDS = {
     "export": cmd_export,
     "skills": cmd_skills,
     "view": cmd_view,
+    "serve": cmd_serve,
     "config": cmd_config,
 }
 

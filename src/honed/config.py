@@ -822,11 +822,24 @@ class ServerConfig(Strict):
 class DistributedConfig(Strict):
     """Where rollouts are generated. The learner alone owns the sampler and optimizer."""
 
-    backend: Literal["inprocess", "ray", "server"] = Field(
+    backend: Literal["inprocess", "ray", "server", "atropos"] = Field(
         "inprocess",
         description="Where rollouts run: `inprocess` (in the learner), `ray` (on Ray actors; "
-        "with a `server` section, they generate through the servers) or `server` "
-        "(OpenAI-compatible inference servers).",
+        "with a `server` section, they generate through the servers), `server` "
+        "(OpenAI-compatible inference servers) or `atropos` (Atropos environments post scored "
+        "groups to the trajectory API at `api_url`, honed pulls and trains on them; README, "
+        '"Train behind Atropos").',
+    )
+    api_url: str | None = Field(
+        None,
+        description="`backend: atropos`: the Atropos trajectory API (`run-api`), "
+        "`http://127.0.0.1:8000`.",
+    )
+    batch_timeout_s: float = Field(
+        1800.0,
+        gt=0,
+        description="`backend: atropos`: seconds to wait for a batch of groups before the run "
+        "stops, saying the environments sent none.",
     )
     num_rollout_workers: int = Field(2, ge=1, description="Ray actors that roll out.")
     address: str = Field(
@@ -846,7 +859,9 @@ class DistributedConfig(Strict):
     )
     server: ServerConfig | None = Field(
         None,
-        description="The inference servers, for `backend: server` (or `ray`); `null`: none.",
+        description="The inference servers, for `backend: server` (or `ray`), or with `backend: "
+        "atropos` the server the environments sample from, which gets the new weights after "
+        "every step; `null`: none.",
     )
 
     @model_validator(mode="after")
@@ -858,7 +873,16 @@ class DistributedConfig(Strict):
         if self.backend == "server" and self.server is None:
             raise ValueError("backend 'server' needs a 'server' section (base_url, model)")
         if self.backend == "inprocess" and self.server is not None:
-            raise ValueError("a 'server' section needs backend 'server' (or 'ray')")
+            raise ValueError("a 'server' section needs backend 'server' (or 'ray', 'atropos')")
+        if (self.backend == "atropos") != (self.api_url is not None):
+            raise ValueError("backend 'atropos' and api_url (the trajectory API) go together")
+        if self.api_url is not None and not self.api_url.startswith(("http://", "https://")):
+            raise ValueError(f"api_url must start with http:// or https://, got {self.api_url!r}")
+        if self.backend == "atropos" and self.max_staleness:
+            raise ValueError(
+                "backend 'atropos' pulls what the environments have generated: how far they run "
+                "ahead is their max_batches_offpolicy; leave max_staleness at 0"
+            )
         return self
 
 

@@ -90,6 +90,9 @@ class Segment:
     a completion would be 0); `None` means all ones. `reward` is set only when the environment
     gives credit per call (the memory agent rewards each chunk); otherwise the trajectory's reward
     applies. `truncated` is true when generation hit the length limit before end-of-sequence.
+    `advantages`, when set, are the advantages of the completion's tokens as whoever scored it
+    fixed them (an Atropos environment that computes its own, or an override that zeroes a
+    sequence): the trainer uses them instead of the group-relative advantage.
     """
 
     prompt_ids: list[int]
@@ -98,6 +101,7 @@ class Segment:
     loss_mask: list[int] | None = None
     reward: float | None = None
     truncated: bool = False
+    advantages: list[float] | None = None
 
     def mask(self) -> list[int]:
         return self.loss_mask if self.loss_mask is not None else [1] * len(self.completion_ids)

@@ -2,7 +2,8 @@
 
 `build_backend` reads `config.distributed`: `inprocess` (the default) rolls out in the learner
 with its own policy and imports nothing more; `ray` spreads items over Ray actors; `server`
-samples from OpenAI-compatible inference servers. `RolloutPipeline` lets rollouts run ahead of
+samples from OpenAI-compatible inference servers; `atropos` pulls the groups Atropos
+environments scored from its trajectory API. `RolloutPipeline` lets rollouts run ahead of
 the learner by `max_staleness` steps. Ray is imported only when configured.
 """
 
@@ -76,16 +77,21 @@ def build_backend(
     With several learner processes (`learners`), rank 0 alone pushes weights to servers."""
     dist, settings = config.distributed, config.trainer
     params = SamplingParams(settings.temperature, settings.top_p, settings.max_completion_length)
-    if dist.server is None:
-        weight_sync = None
-        generator = PolicySampler(policy, params)
-    else:
+    clients, weight_sync = [], None
+    if dist.server is not None:
         clients = server_clients(dist.server)
         for client in clients:
             client.check()  # fail before the first step, naming the server
         weight_sync = build_weight_sync(dist.server, run_dir, clients)
         if learners is not None and learners.distributed:
             weight_sync = PushFromMain(weight_sync, learners)
+    if dist.backend == "atropos":
+        from honed.distributed.atropos import AtroposBackend
+
+        return AtroposBackend(config, policy, run_dir, weight_sync, clients)
+    if dist.server is None:
+        generator = PolicySampler(policy, params)
+    else:
         generator = CompletionsGenerator(dist.server, policy, params, clients, weight_sync)
     if dist.backend == "ray":
         if dist.address == "local":

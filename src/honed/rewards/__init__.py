@@ -1,6 +1,6 @@
 """Putting rewards on a common footing: running statistics and per-environment normalisers."""
 
-from honed.rewards.normalizer import RewardNormalizer
+from honed.rewards.normalizer import NormalizerSet, RewardNormalizer
 from honed.rewards.welford import WelfordAccumulator
 
-__all__ = ["RewardNormalizer", "WelfordAccumulator"]
+__all__ = ["NormalizerSet", "RewardNormalizer", "WelfordAccumulator"]

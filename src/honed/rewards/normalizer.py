@@ -38,7 +38,7 @@ settings back with `configure`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, Literal, get_args
 
 import numpy as np
@@ -192,3 +192,24 @@ class RewardNormalizer:
             self._accumulator.load_state_dict(state["accumulator"])
         else:
             self._accumulator.load_state_dict(state["stats"])
+
+
+class NormalizerSet(dict[str, RewardNormalizer]):
+    """One normaliser per environment, all with the same settings. An environment first met
+    in a step (an Atropos environment, known to the trainer only once its first group
+    arrives) gets a fresh one then."""
+
+    def __init__(
+        self,
+        names: Iterable[str],
+        mode: str = "zscore",
+        clip: float | None = 5.0,
+        warmup: int = 10,
+        eps: float = 1e-8,
+    ) -> None:
+        super().__init__({name: RewardNormalizer(mode, clip, warmup, eps) for name in names})
+        self.settings = (mode, clip, warmup, eps)
+
+    def __missing__(self, name: str) -> RewardNormalizer:
+        self[name] = normalizer = RewardNormalizer(*self.settings)
+        return normalizer

@@ -120,11 +120,12 @@ def clipped_surrogate(
 ) -> SurrogateOut:
     """Per-token −min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A) with ρ = π_θ / π_old.
 
-    `advantages` has one value per sequence ([B]); token tensors are [B, C]. The clip flags mark
-    tokens where clipping took the gradient away: ρ < 1−ε_low with A < 0, ρ > 1+ε_high with A > 0.
+    `advantages` has one value per sequence ([B]) or one per token ([B, C], when an
+    environment fixed them); token tensors are [B, C]. The clip flags mark tokens where
+    clipping took the gradient away: ρ < 1−ε_low with A < 0, ρ > 1+ε_high with A > 0.
     """
     ratio = torch.exp(logp - old_logp)
-    adv = advantages.unsqueeze(-1)
+    adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high) * adv
     per_token = -torch.minimum(unclipped, clipped)
@@ -179,8 +180,9 @@ def grpo_loss(
         loss = Σ_{i,t} w_{i,t} · IS_{i,t} · ( −min(ρ_{i,t} A_i, clip(ρ_{i,t}, 1−ε_low, 1+ε_high) A_i)
                                              + β · KL_{i,t} )
 
-    with ρ = π_θ / π_old (`logp`, `old_logp`: [B, C]), A the sequence's advantage ([B]), KL the
-    per-token estimator against the reference (`kl_penalty`; only when `ref_logp` is given),
+    with ρ = π_θ / π_old (`logp`, `old_logp`: [B, C]), A the sequence's advantage ([B], or per
+    token [B, C] where an environment fixed them), KL the per-token estimator against the
+    reference (`kl_penalty`; only when `ref_logp` is given),
     multiplied by the differentiable ratio ρ when `kl_bias_correction` is set (then its expected
     gradient is ∇ KL(π_θ ‖ π_ref) for k1 and k3, see docs/kl.md), IS = min(π_old / μ, cap) on `off_policy` tokens and 1 elsewhere
     (`truncated_importance_weights`, μ = `behaviour_logp`), and w the token weights of

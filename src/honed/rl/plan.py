@@ -79,6 +79,13 @@ def _backend(config: Config) -> str:
         return f"servers {', '.join(d.server.base_url)} ({d.server.model}), weight sync {d.server.weight_sync}"
     if d.backend == "ray":
         return f"{d.num_rollout_workers} Ray workers"
+    if d.backend == "atropos":
+        pushed = (
+            f"; weights to {', '.join(d.server.base_url)} ({d.server.weight_sync})"
+            if d.server is not None
+            else "; the environments' server keeps its weights"
+        )
+        return f"Atropos environments, pulled from the trajectory API at {d.api_url}{pushed}"
     return "the learner processes (honed train --nproc N: one per GPU)"
 
 

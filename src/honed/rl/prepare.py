@@ -47,6 +47,9 @@ class TrainSequence:
     advantage: float
     off_policy: bool = False
     group: int = 0  # the index of its group among the step's groups
+    # per-token advantages an environment fixed (`Segment.advantages`); `advantage` is then
+    # their mean over the loss mask
+    token_advantages: list[float] | None = None
 
 
 @dataclass
@@ -151,6 +154,31 @@ def unit_signal(
     return rewards
 
 
+def _fixed_mean(values: list[float], mask: list[int]) -> float:
+    kept = [v for v, m in zip(values, mask, strict=True) if m]
+    return sum(kept) / len(kept) if kept else 0.0
+
+
+def fixed_advantages(group: Group, advantages: list[float]) -> tuple[list[float], bool | None]:
+    """The group's unit advantages with those its environment fixed (`Segment.advantages`;
+    a unit's value is the mean over its tokens) in place of the computed ones; and, when every
+    trained segment's advantages are fixed, whether they are all zero (the group then has
+    nothing to learn whatever its rewards' spread), else None."""
+    out = list(advantages)
+    computed, fixed_any, all_zero = False, False, True
+    for u, unit in enumerate(group_units(group).members):
+        trained = [group.trajectories[ti].segments[si] for ti, si in unit]
+        trained = [seg for seg in trained if seg.completion_ids]
+        fixed = [seg for seg in trained if seg.advantages is not None]
+        computed = computed or len(fixed) < len(trained)
+        fixed_any = fixed_any or bool(fixed)
+        all_zero = all_zero and not any(any(seg.advantages or ()) for seg in fixed)
+        if fixed and len(fixed) == len(trained):
+            means = [_fixed_mean(seg.advantages or [], list(seg.mask())) for seg in fixed]
+            out[u] = sum(means) / len(means)
+    return out, (all_zero if fixed_any and not computed else None)
+
+
 def zero_spread(
     groups: list[Group],
     settings: TrainerConfig,
@@ -165,8 +193,18 @@ def zero_spread(
     signals = [
         unit_signal(g, settings, normalize, p) for g, p in zip(groups, penalties, strict=True)
     ]
-    _, stds = compute_advantages(signals, "none")
-    return [s < settings.zero_std_tolerance for s in stds]
+    advantages, stds = compute_advantages(signals, "none")
+    return [
+        _no_signal(g, a, s, settings.zero_std_tolerance)
+        for g, a, s in zip(groups, advantages, stds, strict=True)
+    ]
+
+
+def _no_signal(group: Group, advantages: list[float], std: float, tolerance: float) -> bool:
+    """Whether a group has nothing to learn: its rewards do not spread, or every advantage
+    its environment fixed is zero."""
+    fixed_zero = fixed_advantages(group, advantages)[1]
+    return std < tolerance if fixed_zero is None else fixed_zero
 
 
 def prepare(
@@ -186,7 +224,11 @@ def prepare(
         unit_signal(g, settings, normalize, p) for g, p in zip(groups, penalties, strict=True)
     ]
     advantages, stds = compute_advantages(signals, settings.scale_rewards)
-    zero = [s < settings.zero_std_tolerance for s in stds]
+    zero = [
+        _no_signal(g, a, s, settings.zero_std_tolerance)
+        for g, a, s in zip(groups, advantages, stds, strict=True)
+    ]
+    advantages = [fixed_advantages(g, a)[0] for g, a in zip(groups, advantages, strict=True)]
     sequences: list[TrainSequence] = []
     kept: list[Group] = []
     for index, (group, adv, is_zero, off) in enumerate(
@@ -204,15 +246,17 @@ def prepare(
                 mask = list(seg.mask())
                 if settings.mask_truncated_completions and seg.truncated:
                     mask = [0] * len(mask)
+                fixed = seg.advantages
                 sequences.append(
                     TrainSequence(
                         seg.prompt_ids,
                         seg.completion_ids,
                         mask,
                         seg.logprobs,
-                        float(a),
+                        float(a) if fixed is None else _fixed_mean(fixed, list(seg.mask())),
                         off,
                         index,
+                        None if fixed is None else list(fixed),
                     )
                 )
     metrics = {

@@ -42,7 +42,7 @@ from honed.models.device import (
 from honed.models.dropout import disable_dropout
 from honed.models.lora import AdapterFreeReference, is_checkpoint
 from honed.models.policy import Policy
-from honed.rewards import RewardNormalizer
+from honed.rewards import NormalizerSet
 from honed.rl.counts import RolloutCounts
 from honed.rl.evaluate import evaluate
 from honed.rl.nonfinite import NonFinite, check_advantages, check_rollouts, check_weights
@@ -124,10 +124,7 @@ class GRPOTrainer:
         self.envs = build_envs(config)
         self.sampler = Sampler.from_config(self.envs, config.envs, config.curriculum, config.seed)
         norm = config.reward_norm
-        self.normalizers = {
-            name: RewardNormalizer(norm.mode, norm.clip, norm.warmup, norm.eps)
-            for name in self.envs
-        }
+        self.normalizers = NormalizerSet(self.envs, norm.mode, norm.clip, norm.warmup, norm.eps)
         self.step = 0
         # the step of the newest checkpoint this run holds, known alike to every process (the
         # run directory is rank 0's to write: another process may not see its last save yet)
@@ -353,8 +350,9 @@ class GRPOTrainer:
         # holds its config has reported them already (`resume_changes`), once per key.
         reported = self.sampler.load_state_dict(state["sampler"])
         norm = self.config.reward_norm
-        for name, normalizer in self.normalizers.items():
-            normalizer.load_state_dict(state["reward_norm"][name])
+        for name, saved in state["reward_norm"].items():  # Atropos environments' included
+            normalizer = self.normalizers[name]
+            normalizer.load_state_dict(saved)
             changed = normalizer.configure(norm.mode, norm.clip, norm.warmup, norm.eps)
             reported += [format_change(f"reward_norm.{k}", a, b) for k, a, b in changed]
         set_rng_state(state["rng"])
@@ -436,7 +434,10 @@ class GRPOTrainer:
 
     def draw(self, step: int, round_index: int, count: int) -> RolloutRequest:
         """A request for `count` items of `step`, drawn from the sampler now."""
-        items = self.sampler.next_items(count, step, self.config.trainer.max_steps)
+        if self.config.distributed.backend == "atropos":
+            items = []  # Atropos environments choose their own items
+        else:
+            items = self.sampler.next_items(count, step, self.config.trainer.max_steps)
         seed = derive_seed(self.config.seed, "rollout", step, round_index)
         return self.pipeline.request(step, round_index, items, seed)
 

@@ -214,11 +214,10 @@ class PolicyUpdate:
             state = cache[mb] = _MicroBatch(batch, logp.detach(), self._reference_logprobs(batch))
         device = logp.device
         off = torch.as_tensor([s.off_policy for s in chunk], dtype=torch.bool, device=device)
-        advantages = [s.advantage for s in chunk]
         out = grpo_loss(
             logp,
             state.old,
-            torch.as_tensor(advantages, dtype=torch.float32, device=device),
+            _advantages(chunk, width, device),
             right_pad(weights, 0.0, width, torch.float32, device),
             epsilon_low=settings.epsilon,
             epsilon_high=settings.clip_high,
@@ -239,3 +238,15 @@ class PolicyUpdate:
             {"the policy's": logp, "π_old's": state.old, "the reference's": state.ref},
             [s.group for s in chunk],
         )
+
+
+def _advantages(chunk: list[TrainSequence], width: int, device: torch.device) -> torch.Tensor:
+    """The micro-batch's advantages: one per sequence ([B]), or per token ([B, C]) when an
+    environment fixed some sequences' (the others' then repeated over their tokens)."""
+    if all(s.token_advantages is None for s in chunk):
+        return torch.as_tensor([s.advantage for s in chunk], dtype=torch.float32, device=device)
+    rows = [
+        s.token_advantages if s.token_advantages is not None else [s.advantage] * len(s.mask)
+        for s in chunk
+    ]
+    return right_pad(rows, 0.0, width, torch.float32, device)
