@@ -145,6 +145,8 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_serve_parser(sub: argparse._SubParsersAction) -> None:
+    """`honed serve`'s arguments. Long because each option is one `add_argument` with its help;
+    there is nothing to factor out."""
     serve = sub.add_parser(
         "serve",
         help="serve a policy over an OpenAI-compatible API",

@@ -95,6 +95,9 @@ def to_group(data: dict[str, Any], decode: Callable[[list[int]], str]) -> tuple[
     `set_advantage_to_zero`, fix the segments' advantages (`Segment.advantages`).
     `ref_logprobs` are not used (honed scores its own reference); images and distillation
     targets are refused.
+
+    Long because each of Atropos's fields is read and checked in one place, in the order
+    the segment needs them; split, the checks would be far from the fields they guard.
     """
     env_id = data.get("env_id")
     where = f"a group from Atropos environment {env_id}"

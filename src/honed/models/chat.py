@@ -787,7 +787,10 @@ class ChatClient:
     ) -> Callable[[httpx.Response, bool, dict[str, float]], ChatReply]:
         """How a 200 becomes a `ChatReply`, its counts added to the attempt's; what cannot be
         used raises `_Unusable` (on the last attempt, an empty reply is returned when
-        `accept_empty`), tool calls with nothing `tool_arguments` can read a `ChatFailure`."""
+        `accept_empty`), tool calls with nothing `tool_arguments` can read a `ChatFailure`.
+
+        Long because a reply's parts (choices, content, reasoning, tool calls, finish
+        reason, usage) are read in one pass, each with the one check that makes it usable."""
 
         def read(response: httpx.Response, last: bool, counts: dict[str, float]) -> ChatReply:
             try:

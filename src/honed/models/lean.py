@@ -219,6 +219,9 @@ def lean_forward(
     With gradient checkpointing on (`honed.models.policy.enable_checkpointing`), in training and
     under autograd, each layer is recomputed in the backward pass instead of keeping its
     activations (`torch.utils.checkpoint`), as `transformers`' layers do.
+
+    Long because it is one forward pass written out as the steps it fuses (packing,
+    projections, RoPE, attention, MLP, unpacking): the hot loop reads top to bottom.
     """
     inner = model.model
     act = _activation(model)

@@ -28,7 +28,7 @@ from honed.rewards.units import group_units, unit_rewards
 from honed.rl.advantages import compute_advantages
 from honed.rl.loss import kl_reward_penalty
 from honed.rl.nonfinite import NonFinite, check_penalties
-from honed.types import Group
+from honed.types import Group, Segment
 
 # One group's KL reward penalties: per trajectory, per segment, β·Σ k1 over its tokens.
 Penalties = list[list[float]]
@@ -96,25 +96,8 @@ def reward_penalties(
 
     def penalties(idx: list[int]) -> tuple[list[float], tuple[str, list[str]] | None]:
         chunk = [scored[i][3] for i in idx]
-        batch = build_batch(
-            [s.prompt_ids for s in chunk],
-            [s.completion_ids for s in chunk],
-            [list(s.mask()) for s in chunk],
-            policy.pad_id,
-        ).to(policy.device)
-        logp = frozen_logprobs(policy.model, batch, settings.temperature)
-        ref = frozen_logprobs(reference, batch, settings.temperature)
-        penalty = kl_reward_penalty(logp, ref, batch.completion_mask.float(), settings.beta)
-        penalty_cpu = penalty.cpu()  # one copy from the device, not one per row
-        try:
-            check_penalties(
-                penalty_cpu,
-                {"the policy's": logp, "the reference's": ref},
-                [groups[scored[i][0]].env for i in idx],
-            )
-        except NonFinite as found:
-            return penalty_cpu.tolist(), (found.where, found.envs)
-        return penalty_cpu.tolist(), None
+        envs = [groups[scored[i][0]].env for i in idx]
+        return _chunk_penalties(policy, reference, chunk, envs, settings)
 
     mine = [penalties(batches[b]) for b in learners.shard(len(batches))]
     if sharded and batches:  # a sharded model's forwards are collective calls
@@ -127,6 +110,33 @@ def reward_penalties(
             gi, ti, si, _ = scored[i]
             out[gi][ti][si] = value
     return out
+
+
+def _chunk_penalties(
+    policy: Policy,
+    reference: torch.nn.Module | AdapterFreeReference,
+    chunk: list[Segment],
+    envs: list[str],
+    settings: TrainerConfig,
+) -> tuple[list[float], tuple[str, list[str]] | None]:
+    """The KL reward penalty of each of a micro-batch of segments (`envs`: each one's
+    environment), and what was found non-finite in it (where, environments) if anything: the
+    caller decides once every process's micro-batches are gathered."""
+    batch = build_batch(
+        [s.prompt_ids for s in chunk],
+        [s.completion_ids for s in chunk],
+        [list(s.mask()) for s in chunk],
+        policy.pad_id,
+    ).to(policy.device)
+    logp = frozen_logprobs(policy.model, batch, settings.temperature)
+    ref = frozen_logprobs(reference, batch, settings.temperature)
+    penalty = kl_reward_penalty(logp, ref, batch.completion_mask.float(), settings.beta)
+    penalty_cpu = penalty.cpu()  # one copy from the device, not one per row
+    try:
+        check_penalties(penalty_cpu, {"the policy's": logp, "the reference's": ref}, envs)
+    except NonFinite as found:
+        return penalty_cpu.tolist(), (found.where, found.envs)
+    return penalty_cpu.tolist(), None
 
 
 def unit_signal(

@@ -124,7 +124,8 @@ def estimate_stages(
     config: SkillsConfig, usual: FirstStep, worst: FirstStep, shape: Shape
 ) -> list[StageEstimate]:
     """Each stage's calls and tokens over the run, expected and at most (see the module's
-    docstring for what each assumes)."""
+    docstring for what each assumes). Long because each stage's row is one statement, in the order a step
+    runs them."""
     train = config.train
     steps = shape.total_steps
     epochs = math.ceil(steps / shape.steps_per_epoch)
@@ -263,6 +264,17 @@ def estimate_report(
             )
         if model.price is None:
             notes.append(f"no {config.key(role + '.price')}: no cost for the {role}'s calls")
+    notes += _budget_notes(config, totals, unbounded)
+    return table, notes
+
+
+def _budget_notes(
+    config: SkillsConfig, totals: dict[bool, dict[str, float]], unbounded: bool
+) -> list[str]:
+    """One note per `budget` cap set: whether the run's expected (`totals[False]`) and most
+    (`totals[True]`) spending stay within it; token and USD caps are open-ended when a
+    model's completions are unbounded."""
+    notes = []
     for key, counter, unit in CAPS:
         cap = getattr(config.budget, key)
         if cap is None:
@@ -290,4 +302,4 @@ def estimate_report(
                 "the run is expected to reach it: it stops before the request that would pass it"
             )
         notes.append(f"budget.{key} {cap:,} {unit}: {verdict}")
-    return table, notes
+    return notes
