@@ -190,9 +190,30 @@ def measure_trl(shape: str, mode: str, args) -> Result:
     return Result(**json.loads(lines[-1]))
 
 
+def _hashable_month_day_nano() -> None:
+    """Let `datasets` hash objects that reach pyarrow's `MonthDayNano` class.
+
+    pyarrow 25–26 declare that class's module as `builtins`, so pickling it by reference fails
+    (`Can't pickle <class 'MonthDayNano'>`); `datasets` pickles with dill to fingerprint
+    transforms, and under Python 3.12 TRL's dataset preparation reaches the class. Pickling it as
+    an attribute of `pyarrow.lib` is what its reference should have been.
+    """
+    import pyarrow.lib
+    from datasets.utils import _dill
+
+    def reducer_override(self, obj):
+        if obj is pyarrow.lib.MonthDayNano:
+            return getattr, (pyarrow.lib, "MonthDayNano")
+        return NotImplemented
+
+    _dill.Pickler.reducer_override = reducer_override
+
+
 def trl_child(spec: dict) -> None:
     """One TRL measurement (see the module docstring); prints its `Result` as JSON."""
     import tempfile
+
+    _hashable_month_day_nano()
 
     from datasets import Dataset
     from peft import LoraConfig
