@@ -72,6 +72,8 @@ class VerifiersEnv(JsonlData):
         tool_format: str = "auto",
     ) -> None:
         super().__init__(name, seed, "prompt")
+        if env_args is not None and not isinstance(env_args, dict):
+            raise self._fail(f"env_args must be a mapping, got {env_args!r}")
         self.spec = env
         self.env_args = dict(env_args or {})
         if tool_format != "auto" and tool_format not in TOOL_FORMATS:

@@ -85,8 +85,6 @@ def load_environment(where: str, env: str, env_args: dict[str, Any]) -> Any:
     vf = import_verifiers()
     if not isinstance(env, str) or not env.strip():
         raise HonedError(f"{where}: env must name a package, module or .py file, got {env!r}")
-    if not isinstance(env_args, dict):
-        raise HonedError(f"{where}: env_args must be a mapping, got {env_args!r}")
     try:
         factory = load_object(module_spec(env), "verifiers environment")
     except HonedError as exc:
