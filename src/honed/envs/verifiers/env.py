@@ -51,8 +51,9 @@ _FINISHED_KEPT = 4096
 class VerifiersEnv(JsonlData):
     """A verifiers environment (see the module docstring).
 
-    `max_turns` limits the model's turns only where the environment sets no limit of its own
-    (`max_turns=-1`); `tool_format` is how tool calls are read from the policy's turns (`auto`:
+    `max_turns` becomes the environment's own turn limit where it sets none (`max_turns=-1`,
+    MultiTurnEnv's default): an episode needs one in the skill loop, where no token budget spans
+    the turns; `tool_format` is how tool calls are read from the policy's turns (`auto`:
     from the chat template, as for the `tools` environment).
     """
 
@@ -81,7 +82,7 @@ class VerifiersEnv(JsonlData):
                 f"tool_format must be auto or one of {', '.join(TOOL_FORMATS)}, got {tool_format!r}"
             )
         self.tool_format = tool_format
-        self.turn_limit = positive_int(self.where, "max_turns", max_turns)
+        turn_limit = positive_int(self.where, "max_turns", max_turns)
         test_fraction = self._check_fraction("test_fraction", test_fraction)
         validation_fraction = self._check_fraction("validation_fraction", validation_fraction)
         self.vf = import_verifiers()
@@ -90,8 +91,10 @@ class VerifiersEnv(JsonlData):
             "success_threshold",
             self.env.pass_threshold if success_threshold is None else success_threshold,
         )
-        self.turns = Turns(self.vf, self.env, self.where, self.turn_limit)
-        self.max_turns = self.env.max_turns if self.env.max_turns > 0 else self.turn_limit
+        if self.env.max_turns <= 0:
+            self.env.max_turns = turn_limit
+        self.max_turns = self.env.max_turns
+        self.turns = Turns(self.vf, self.env, self.where)
         self._splits = self._assign(*self._rows(test_fraction, validation_fraction))
         self._finished: OrderedDict[tuple[str, str], Run] = OrderedDict()
 

@@ -16,13 +16,16 @@ honed's:
 - **chat sessions** (`open_chats`, `advance_chats`, `replay`): the skill loop's target, a served
   chat model, answers instead, through the server's native tool calling.
 
-honed adds two ends of its own, named in `state["stop_condition"]` when the environment's did
-not fire first: `length` (the episode's budget of model tokens ran out mid-turn: truncated) and
-`end` (the model ended the sequence with a token that does not close a turn); and `max_turns`
-where the environment sets no turn limit of its own (`max_turns=-1`, MultiTurnEnv's default) and
-honed's applies. A `vf.Error` raised by the environment ends the episode as verifiers' loop
-does (its `has_error` stop condition); any other exception stops the run, naming the method and
-the item.
+honed's limits are verifiers' own: the policy's budget of model tokens over an episode (the
+trainer's `max_completion_length`) is the environment's `max_total_completion_tokens` while honed
+rolls it out (the smaller, if it sets one), so its `max_total_completion_tokens_reached` stop
+condition ends an episode whose budget ran out (the turn cut there is truncated, as verifiers
+marks a response cut at its length limit); the turn limit is the environment's `max_turns`
+(`VerifiersEnv` gives one to an environment that has none). honed names one end of its own in
+`state["stop_condition"]`: `end`, when the model ends the sequence with a token that does not
+close a turn, so the chat template cannot go on. A `vf.Error` raised by the environment ends
+the episode as verifiers' loop does (its `has_error` stop condition); any other exception stops
+the run, naming the method and the item.
 
 Every coroutine runs on honed's background event loop (`honed.envs.aio`), so clients the
 environment created once stay on one loop across steps.
@@ -38,13 +41,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from honed.envs.aio import background_loop
-from honed.envs.multiturn import ChatFormat, ChatGenerator, Episode, chat_format, parse_tool_calls
+from honed.envs.multiturn import (
+    TOOL_FORMATS,
+    ChatFormat,
+    ChatGenerator,
+    Episode,
+    chat_format,
+    parse_tool_calls,
+)
 from honed.envs.multiturn.episode import END, LENGTH
 from honed.envs.verifiers import messages as convert
 from honed.errors import HonedError
 from honed.types import Item, Message, Sample, derive_seed
 
-MAX_TURNS = "max_turns"
+# A recorded conversation that stopped while the environment expected another turn.
+CUT_SHORT = "cut_short"
 
 
 @dataclass
@@ -150,16 +161,14 @@ def _client_class(vf: Any) -> type:
 
 
 class Turns:
-    """One verifiers environment's turn methods (see the module docstring). `max_turns` is
-    honed's turn limit, applied only when the environment sets none."""
+    """One verifiers environment's turn methods (see the module docstring)."""
 
-    def __init__(self, vf: Any, env: Any, where: str, max_turns: int) -> None:
+    def __init__(self, vf: Any, env: Any, where: str) -> None:
         from verifiers.utils.message_utils import maybe_normalize_messages
 
         self.vf = vf
         self.env = env
         self.where = where
-        self.cap = max_turns if env.max_turns <= 0 else None
         self.client = _client_class(vf)(None)
         self.client.where = where
         self.normalize = maybe_normalize_messages
@@ -221,16 +230,13 @@ class Turns:
 
     async def prepare(self, run: Run, cut: str | None = None) -> list[Any] | None:
         """The messages the next model turn follows (none before the first), or `None` when the
-        episode is over: the environment's stop conditions first, then honed's own end `cut`
-        (`length`, `end`) and turn limit, then `env_response` (which may end it too)."""
+        episode is over: the environment's stop conditions first, then the end `cut` honed saw
+        in the last turn (`length`, `end`), then `env_response` (which may end it too)."""
         state = run.state
         if await self._completed(run):
             return None
         if cut is not None:
             self._stop(state, cut, cut == LENGTH)
-            return None
-        if self.cap is not None and len(state["trajectory"]) >= self.cap:
-            self._stop(state, MAX_TURNS, False)
             return None
         if not state["trajectory"]:
             return []
@@ -299,7 +305,7 @@ class Turns:
             await self.take(run, reply)
         else:
             if await self.prepare(run, LENGTH if cut else None) is not None:
-                self._stop(run.state, MAX_TURNS, False)
+                self._stop(run.state, CUT_SHORT, False)
         await self.finish(run)
         return run
 
@@ -331,8 +337,10 @@ def open_episode(
         run.episode = Episode([], [int(i) for i in policy.tokenizer(text)["input_ids"]])
         return
     key = json.dumps(schemas, sort_keys=True)
-    if key not in formats:
-        formats[key] = chat_format(generator, turns.where, schemas, tool_format)
+    if key not in formats:  # without tools no call is read, so the template need teach none
+        formats[key] = chat_format(
+            generator, turns.where, schemas, tool_format if schemas else TOOL_FORMATS[0]
+        )
     run.chat = formats[key]
     messages = convert.openai_messages(prompt, turns.where)
     run.episode = Episode(messages, run.chat.prompt_ids(messages))
@@ -379,6 +387,23 @@ def run_policy(
             f"policy (its tokenizer and chat template); got {type(generator).__name__}"
         )
     budget = int(generator.params.max_tokens)
+    own = turns.env.max_total_completion_tokens
+    turns.env.set_max_total_completion_tokens(budget if own <= 0 else min(own, budget))
+    try:
+        return _run_policy(turns, items, generator, num_generations, seed, tool_format, budget)
+    finally:
+        turns.env.set_max_total_completion_tokens(own)
+
+
+def _run_policy(
+    turns: Turns,
+    items: Sequence[Item],
+    generator: Any,
+    num_generations: int,
+    seed: int,
+    tool_format: str,
+    budget: int,
+) -> list[list[Run]]:
     runs: list[Run] = turns.run([turns.start(i, g) for i in items for g in range(num_generations)])
     formats: dict[str, ChatFormat] = {}
     for run in runs:
