@@ -720,7 +720,7 @@ needs_smollm2 = pytest.mark.skipif(
 )
 # The PyPI environment package these tests train on: a verifiers SingleTurnEnv (QuALITY
 # advocacy, eight async reward functions) that ships its data and runs on a CPU.
-SPRINT = {"env": "sophistry-bench-sprint", "env_args": {"n_items": 4, "passage_chars": 300}}
+SPRINT = {"env": "sophistry-bench-sprint", "env_args": {"n_items": 4, "passage_chars": 120}}
 
 
 @pytest.fixture(scope="module")
@@ -733,7 +733,7 @@ class RecordingSampler(PolicySampler):
     itself, so that the episode reaches the tools whatever the untrained model writes)."""
 
     def __init__(self, policy: Policy, first_call: bool) -> None:
-        super().__init__(policy, SamplingParams(1.0, 1.0, 40))
+        super().__init__(policy, SamplingParams(1.0, 1.0, 48 if first_call else 24))
         self.first_call = first_call
         self.samples = []
 
@@ -761,7 +761,7 @@ def test_smollm2s_episodes_are_its_samples_scored_as_verifiers_scores_them(smoll
         else build(kind, test_fraction=0.0)
     )
     sampler = RecordingSampler(smollm2, first_call=kind == "tools")
-    groups = env.rollout(env.items("train")[:2], sampler, 2, seed=0)
+    groups = env.rollout(env.items("train")[:1], sampler, 2, seed=0)
     for trajectory in (t for g in groups for t in g.trajectories):
         segment = trajectory.segments[0]
         trained, _ = mask_split(segment)
@@ -796,7 +796,7 @@ def test_smollm2_trains_on_each_kind_and_the_pypi_package(tmp_path):
             "max_steps": 2,
             "prompts_per_step": 4,
             "num_generations": 2,
-            "max_completion_length": 24,
+            "max_completion_length": 12,
             "learning_rate": 1e-6,
         },
         "eval": {"num_items": 1, "split": "train"},
