@@ -22,6 +22,7 @@ vf = pytest.importorskip(
     "verifiers", reason="verifiers is not installed; to run: pip install 'honed[verifiers]'"
 )
 
+import verifiers_world  # noqa: E402
 import yaml  # noqa: E402
 from chat_templates import tokenizer_with  # noqa: E402
 from openai_server import FakeOpenAIServer, FakeRequest  # noqa: E402
@@ -641,13 +642,16 @@ def test_the_skill_loops_target_plays_it_through_native_tool_calls(no_proxy, tmp
         )
         cache = RolloutCache(tmp_path / "rollouts.jsonl")
         runner = TargetRunner(client, {"world": env}, "Follow the skill.", cache)
+        verifiers_world.LOOKUPS.clear()
         good = runner.run(SkillDocument("- Reply with the bare number."), items, "rollout")
+        assert len(verifiers_world.LOOKUPS) == len(items)  # scored from the session's state
         sent = len(server.chat_requests)
         again = TargetRunner(
             client, {"world": env}, "Follow the skill.", RolloutCache(tmp_path / "rollouts.jsonl")
         )
         cached = again.run(SkillDocument("- Reply with the bare number."), items, "rollout")
         assert len(server.chat_requests) == sent  # scored again by replaying, not asked again
+        assert len(verifiers_world.LOOKUPS) == 2 * len(items)  # the replay ran the tools
         wordy = runner.run(SkillDocument("- Be polite."), items, "rollout")
     for item, rollout in zip(items, good, strict=True):
         assert rollout.hard == 1.0 and rollout.soft == 1.5 and rollout.reply == item.data["answer"]

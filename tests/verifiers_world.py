@@ -26,12 +26,16 @@ FEW_SHOT = [
 ]
 
 
+LOOKUPS: list[str] = []
+
+
 def lookup(name: str) -> int:
     """The price of a product.
 
     Args:
         name: the product's name
     """
+    LOOKUPS.append(name)
     return PRICES[name]
 
 
