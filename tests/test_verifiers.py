@@ -443,10 +443,12 @@ def test_a_reward_function_that_raises_scores_0_as_in_verifiers_and_is_counted(t
 
     env = build("single")
     env.env.rubric.rubrics[0].funcs[1] = broken  # SingleTurnEnv adds a rubric of its own
-    (group,) = env.rollout(env.items("train")[:1], ScriptedGenerator(tiny, lambda c, s: "3"), 2, 0)
-    assert group.trajectories[0].components["broken"] == 0.0
-    assert env.step_metrics([group])["reward/world/rubric_errors"] == 2.0
-    assert "oops" in group.trajectories[0].info["rubric_errors"][0]
+    groups = env.rollout(env.items("train")[:3], ScriptedGenerator(tiny, lambda c, s: "3"), 2, 0)
+    assert all(t.components["broken"] == 0.0 for g in groups for t in g.trajectories)
+    # each group holds its own two errors, not the step's
+    assert [len(g.trajectories[0].info["rubric_errors"]) for g in groups] == [2, 2, 2]
+    assert env.step_metrics(groups)["reward/world/rubric_errors"] == 6.0
+    assert "oops" in groups[0].trajectories[0].info["rubric_errors"][0]
 
 
 # ----------------------------------------------------------------------------- refusals

@@ -280,7 +280,7 @@ class VerifiersEnv(JsonlData):
         by_item: dict[str, list[Run]] = defaultdict(list)
         for run in done:
             by_item[run.item.key].append(run)
-        self.turns.run([self.turns.score(group) for group in by_item.values()])
+        self.turns.run([self.turns.score(list(by_item.values()))])
         return [self._trajectory(run) for run in done]
 
     def reference_turns(self, item: Item) -> list[Message] | None:

@@ -78,8 +78,6 @@ class _Completion:
     """A completion-style prompt (text, verifiers' `TextMessage`): one turn, which the policy's
     end token closes; there is no template to continue the conversation with."""
 
-    tool_format = "hermes"
-
     def __init__(self, policy: Any, where: str) -> None:
         self.end_of_turn_id = policy.end_id
         self.decode = policy.decode
@@ -270,8 +268,14 @@ class Turns:
         except Exception as exc:
             raise self._fail("cleanup", run.item, exc) from exc
 
-    async def score(self, runs: Sequence[Run]) -> None:
-        """One group's rewards and metrics by the rubric, as verifiers scores a group."""
+    async def score(self, groups: Sequence[Sequence[Run]]) -> None:
+        """Each group's rewards and metrics by the rubric, as verifiers scores a group. Groups
+        are scored one after another (the states of a group concurrently, as verifiers does),
+        so the errors the rubric logs are each group's own."""
+        for group in groups:
+            await self._score(group)
+
+    async def _score(self, runs: Sequence[Run]) -> None:
         states = [r.state for r in runs]
         rubric = self.env.rubric
         with _RubricErrors(rubric) as errors:
@@ -438,5 +442,5 @@ def _run_policy(
         turn += 1
     turns.run([turns.finish(r) for r in runs])
     groups = [runs[i : i + num_generations] for i in range(0, len(runs), num_generations)]
-    turns.run([turns.score(g) for g in groups])
+    turns.run([turns.score(groups)])
     return groups
