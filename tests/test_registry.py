@@ -91,6 +91,7 @@ def test_the_builtin_names():
         "memory",
         "tools",
         "reasoning_gym",
+        "verifiers",
     }
 
 
@@ -99,8 +100,8 @@ def test_unknown_environment_suggests_and_lists():
         build_env("additon", "x", seed=0, args={})
     assert str(info.value) == (
         "unknown environment 'additon' (did you mean 'addition'?); available: "
-        "addition, arithmetic, countdown, dataset, memory, qa, reasoning_gym, reverse, sort, tools "
-        "(or a class as 'module:Class')"
+        "addition, arithmetic, countdown, dataset, memory, qa, reasoning_gym, reverse, sort, tools, "
+        "verifiers (or a class as 'module:Class')"
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 from honed.types import (  # Sample is re-exported: it lived here before
     Group,
     Item,
+    Message,
     Prompt,
     Sample,
     Score,
@@ -121,6 +122,50 @@ class Reporting(Protocol):
     def report(
         self, agents: Mapping[str, Generator], split: str, num_items: int | None, seed: int
     ) -> Table: ...
+
+
+@dataclass
+class ChatEpisode:
+    """One episode a chat model served elsewhere plays in a `ChatEpisodes` environment: the
+    tools its requests offer (OpenAI schemas) and the environment's own record of it."""
+
+    tools: list[dict[str, Any]]
+    handle: Any
+
+
+@runtime_checkable
+class ChatEpisodes(Protocol):
+    """An environment whose episodes a served chat model plays turn by turn through the
+    server's native tool calling (optional; the skill loop's target, beside `tools`
+    environments, which it drives with their toolbox).
+
+    `open_chats` starts one episode per item; `advance_chats` takes each episode's reply (the
+    assistant message as the conversation records it, and whether it was cut at `max_tokens`)
+    and returns the messages the conversation goes on with, or `None` once the episode is over;
+    `score_conversations` scores conversations after the prompt (one just played, or one read
+    back from a cache); `reference_turns` is the expected answer the reflector is shown;
+    `max_turns` bounds the replies of an episode.
+    """
+
+    max_turns: int
+
+    def open_chats(self, items: Sequence[Item]) -> list[ChatEpisode]: ...
+
+    def advance_chats(
+        self,
+        chats: Sequence[ChatEpisode],
+        messages: Sequence[Message],
+        truncated: Sequence[bool],
+    ) -> list[list[Message] | None]: ...
+
+    def score_conversations(
+        self,
+        items: Sequence[Item],
+        conversations: Sequence[Sequence[Message]],
+        truncated: Sequence[bool] | None = None,
+    ) -> list[Trajectory]: ...
+
+    def reference_turns(self, item: Item) -> list[Message] | None: ...
 
 
 def rollout_seed(seed: int, item_key: str, generation: int) -> int:

@@ -31,6 +31,7 @@ ENVIRONMENTS: dict[str, str | type] = {
     "memory": "honed.envs.memory:MemoryEnv",
     "tools": "honed.envs.tools:ToolEnv",
     "reasoning_gym": "honed.envs.reasoning_gym:ReasoningGymEnv",
+    "verifiers": "honed.envs.verifiers:VerifiersEnv",
 }
 
 # Given to every constructor by `build_env` itself, never through `args`.

@@ -60,6 +60,9 @@ def reach(data: Any) -> Reach:
         key, value = stack.pop()
         if isinstance(value, dict):
             stack.extend((str(k), v) for k, v in value.items())
+            loaded = _verifiers_module(value)
+            if loaded is not None:
+                found.imports.append(loaded)
         elif isinstance(value, list):
             stack.extend((key, v) for v in value)
         elif isinstance(value, str):
@@ -72,6 +75,16 @@ def reach(data: Any) -> Reach:
     for name in ("imports", "hosts", "secrets"):
         setattr(found, name, sorted(set(getattr(found, name))))
     return found
+
+
+def _verifiers_module(entry: dict[Any, Any]) -> str | None:
+    """What a `type: verifiers` environment entry imports: its `env` (a package, module or
+    `.py` file whose `load_environment` runs), which names no `module:function` to match."""
+    kind = entry.get("type") or entry.get("name")
+    args = entry.get("args")
+    if kind != "verifiers" or not isinstance(args, dict) or not isinstance(args.get("env"), str):
+        return None
+    return f"the verifiers environment {args['env']}"
 
 
 def _drop_key_names(data: Any) -> None:

@@ -17,6 +17,10 @@ the whole conversation: the rollout has no answer and is left out of the scores.
 
 The conversation, tool calls and results included, is what the environment scores (its reward
 functions read `messages` and `trajectory` as in training) and what the reflector reads.
+
+Environments that play episodes of their own (`ChatEpisodes`: verifiers environments) are driven
+the same way, except that the environment answers each reply (its tools, its `env_response`) and
+says when the episode is over; each request offers the tools that episode has.
 """
 
 from __future__ import annotations
@@ -26,15 +30,16 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from honed.envs.base import ChatEpisodes
 from honed.envs.multiturn import ToolCall, openai_call
 from honed.envs.tools.env import TOOL_ERROR_NAME, ToolEnv
 from honed.models.chat import ChatClient, ChatFailure, ChatReply, Messages
-from honed.types import Message
+from honed.types import Item, Message
 
 
 def is_tool_env(env: object) -> bool:
     """Whether the skill loop drives `env` as a multi-turn tool environment."""
-    return isinstance(env, ToolEnv)
+    return isinstance(env, ToolEnv | ChatEpisodes)
 
 
 @dataclass
@@ -63,15 +68,20 @@ class Conversation:
 
 def run_conversations(
     client: ChatClient,
-    env: ToolEnv,
+    env: ToolEnv | ChatEpisodes,
     requests: Sequence[Messages],
     stage: str,
     give_up: float = 1.0,
+    items: Sequence[Item] = (),
 ) -> Iterator[tuple[int, Conversation | ChatFailure]]:
     """Each request played out as a conversation with the tools (see the module docstring),
     yielded (index, conversation or the failure that ended it) as each ends. Once more than
     `give_up` of the batch has failed, no further request is sent and the conversations still
-    going fail too."""
+    going fail too. A `ChatEpisodes` environment plays the episodes of `items` (one per
+    request)."""
+    if not isinstance(env, ToolEnv):
+        yield from _run_episodes(client, env, items, requests, stage, give_up)
+        return
     conversations = [Conversation(list(m), len(m)) for m in requests]
     active = list(range(len(conversations)))
     failures = 0
@@ -103,6 +113,68 @@ def run_conversations(
         _run_calls(env, [conversations[i] for i in calling])
         active = calling
     for index in active:  # the last turn's calls ran, as in training, but the turns are spent
+        yield index, conversations[index]
+
+
+def _run_episodes(
+    client: ChatClient,
+    env: ChatEpisodes,
+    items: Sequence[Item],
+    requests: Sequence[Messages],
+    stage: str,
+    give_up: float,
+) -> Iterator[tuple[int, Conversation | ChatFailure]]:
+    """`run_conversations` for an environment that answers the replies itself: each round, one
+    request per episode still going (those offering the same tools sent together), then the
+    environment's answers; an episode ends when the environment says so."""
+    chats = env.open_chats(items)
+    conversations = [Conversation(list(m), len(m)) for m in requests]
+    active = list(range(len(conversations)))
+    failures = 0
+    for _ in range(env.max_turns):
+        if not active:
+            return
+        offering: dict[str, list[int]] = {}
+        for index in active:
+            offering.setdefault(json.dumps(chats[index].tools, sort_keys=True), []).append(index)
+        answered: list[int] = []
+        for members in offering.values():
+            replies = client.complete_many(
+                [conversations[i].messages for i in members],
+                stage,
+                tools=chats[members[0]].tools or None,
+            )
+            for k, result in replies:
+                index = members[k]
+                if isinstance(result, ChatFailure):
+                    failures += 1
+                    if failures > give_up * len(conversations):
+                        replies.cancel()
+                    yield index, result
+                    continue
+                _take_reply(conversations[index], result)
+                answered.append(index)
+        if failures > give_up * len(conversations):
+            for index in answered:
+                yield (
+                    index,
+                    ChatFailure("not sent: too many of the batch's requests had failed", "gave_up"),
+                )
+            return
+        answered.sort()
+        answers = env.advance_chats(
+            [chats[i] for i in answered],
+            [conversations[i].messages[-1] for i in answered],
+            [conversations[i].truncated for i in answered],
+        )
+        active = []
+        for index, answer in zip(answered, answers, strict=True):
+            if answer is None:
+                yield index, conversations[index]
+            else:
+                conversations[index].messages += answer
+                active.append(index)
+    for index in active:  # the environment wanted more, but the replies are spent
         yield index, conversations[index]
 
 

@@ -301,7 +301,12 @@ class TargetRunner:
                 give_up = self.max_failed_fraction * len(indices)
             else:
                 replies = run_conversations(
-                    self.client, self.envs[name], requests, stage, self.max_failed_fraction
+                    self.client,
+                    self.envs[name],
+                    requests,
+                    stage,
+                    self.max_failed_fraction,
+                    [items[i] for i in indices],
                 )
             failures = 0
             for k, result in replies:
