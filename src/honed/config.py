@@ -446,6 +446,47 @@ class TrainerConfig(Strict):
         return self
 
 
+SFTCheckMetric = Literal["copy_accuracy", "token_accuracy"]
+
+
+class SFTCheckConfig(Strict):
+    """The warm-start's held-out check (`honed.rl.sft_check`): with `every` > 0 the warm-start
+    stops at the first check that reaches `threshold`, and `sft.steps` is its cap."""
+
+    every: int = Field(
+        0,
+        ge=0,
+        description="Check every this many warm-start steps and stop once the check passes "
+        "(`sft.steps` is then the cap); 0: no check, `sft.steps` steps.",
+    )
+    metric: SFTCheckMetric = Field(
+        "copy_accuracy",
+        description="`copy_accuracy` (the share of the references' copied words, names and "
+        "numbers from the context, that the model predicts token by token) or `token_accuracy` "
+        "(the share of the references' own tokens); both under teacher forcing, a token right "
+        "when it gets more than half the probability.",
+    )
+    threshold: float = Field(
+        0.95, gt=0, le=1, description="The check passes when the metric reaches this."
+    )
+    split: Split = Field(
+        "validation",
+        description="Whose reference solutions are checked; never `train`'s (held out).",
+    )
+    examples: int = Field(
+        64,
+        ge=1,
+        description="Reference solutions checked, per environment (its split's first ones).",
+    )
+
+    @field_validator("split")
+    @classmethod
+    def _held_out(cls, value: str) -> str:
+        if value == "train":
+            raise ValueError("the check is held out: split must be validation or test")
+        return value
+
+
 class SFTConfig(Strict):
     """Supervised warm-start on the environments' reference solutions (0 steps = off)."""
 
@@ -453,7 +494,7 @@ class SFTConfig(Strict):
         0,
         ge=0,
         description="Supervised warm-start steps on the environments' reference solutions, "
-        "before GRPO (`honed sft` runs them alone); 0: none.",
+        "before GRPO (`honed sft` runs them alone); 0: none. With `check.every`, the cap.",
     )
     batch_size: int = Field(32, ge=1, description="Examples per step.")
     learning_rate: float = Field(1e-3, gt=0, description="AdamW's learning rate, after warm-up.")
@@ -472,6 +513,10 @@ class SFTConfig(Strict):
         description="Also train next-token prediction on the prompts' tokens, at this weight "
         "relative to the targets' (the loss is the weighted token mean); 0: targets only. "
         "Helps a model built from scratch learn to copy from its context.",
+    )
+    check: SFTCheckConfig = Field(
+        default_factory=SFTCheckConfig,
+        description="Stop the warm-start on a held-out check instead of after a fixed count.",
     )
 
 

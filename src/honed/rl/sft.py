@@ -25,20 +25,22 @@ from honed.models.batching import TokenBatch, make_batch, right_pad
 from honed.models.policy import Policy
 from honed.models.scoring import score
 from honed.rl.schedule import build_lr_scheduler, build_optimizer
+from honed.rl.sft_check import Example, check_accuracy
 
 MAX_EXAMPLES_PER_ENV = 50_000
 
 
-Example = tuple[list[int], list[int], list[int]]  # prompt ids, target ids, target loss mask
-
-
-def sft_pool(policy: Policy, envs: Mapping[str, Environment]) -> list[Example]:
-    """(prompt ids, target ids ending in EOS, mask) for every reference solution of the train
-    splits; multi-turn references come token-exact with their mask (`TokenReferences`)."""
+def sft_pool(
+    policy: Policy, envs: Mapping[str, Environment], split: str = "train", limit: int | None = None
+) -> list[Example]:
+    """(prompt ids, target ids ending in EOS, mask) for every reference solution of `split`
+    (at most `limit` per environment); multi-turn references come token-exact with their mask
+    (`TokenReferences`)."""
+    cap = MAX_EXAMPLES_PER_ENV if limit is None else limit
     pool: list[Example] = []
     for name, env in envs.items():
         count = 0
-        for item in env.items("train"):
+        for item in env.items(split):
             if isinstance(env, TokenReferences):
                 examples = env.sft_sequences(item, policy)
             else:
@@ -46,14 +48,19 @@ def sft_pool(policy: Policy, envs: Mapping[str, Environment]) -> list[Example]:
                 for prompt, target in env.sft_examples(item):
                     ids = policy.encode_target(target)
                     examples.append((policy.encode(prompt), ids, [1] * len(ids)))
-            pool += examples
+            pool += examples if limit is None else examples[: cap - count]
             count += len(examples)
-            if count >= MAX_EXAMPLES_PER_ENV:
+            if count >= cap:
                 break
-        if count == 0:
+        if count == 0 and split == "train":
             raise HonedError(
                 f"sft: environment '{name}' has no reference solutions to warm-start on; "
                 "set sft.steps: 0 or give the environment a reference"
+            )
+        if count == 0:
+            raise HonedError(
+                f"sft.check: environment '{name}' has no reference solutions in its {split} "
+                "split; give it one (e.g. its validation_fraction) or set sft.check.split"
             )
     return pool
 
@@ -90,15 +97,21 @@ def run_sft(
     sft: SFTConfig,
     seed: int,
     on_step: Callable[[int, float], None] | None = None,
+    on_check: Callable[[int, float], None] | None = None,
 ) -> dict[str, float]:
-    """Train on reference solutions for `sft.steps` steps; returns the loss at start and end."""
+    """Train on reference solutions for `sft.steps` steps, or until `sft.check` passes (checked
+    every `sft.check.every` steps and after the last); returns the loss at start and end and
+    the check's history."""
     pool = sft_pool(policy, envs)
+    check = sft.check
+    held_out = sft_pool(policy, envs, check.split, check.examples) if check.every else []
     rng = random.Random(seed)
     optimizer = build_optimizer(policy.model.parameters(), sft.learning_rate, sft.weight_decay)
     scheduler = build_lr_scheduler(optimizer, sft.lr_scheduler_type, sft.warmup_steps, sft.steps)
     policy.model.train()
     order: list[int] = []
     losses = []
+    checks: list[float] = []
     for step in range(1, sft.steps + 1):
         if len(order) < sft.batch_size:
             fresh = list(range(len(pool)))
@@ -119,12 +132,22 @@ def run_sft(
         losses.append(value)
         if on_step:
             on_step(step, value)
+        if check.every and (step % check.every == 0 or step == sft.steps):
+            checks.append(check_accuracy(policy, held_out, check.metric, sft.batch_size))
+            if on_check:
+                on_check(step, checks[-1])
+            if checks[-1] >= check.threshold:
+                break
     if not losses:
         return {}
     tail = losses[-10:]
-    return {
+    summary = {
         "sft/loss_first": losses[0],
         "sft/loss_last": sum(tail) / len(tail),
-        "sft/steps": float(sft.steps),
+        "sft/steps": float(len(losses)),
         "sft/examples": float(len(pool)),
     }
+    if checks:
+        summary[f"sft/check/{check.metric}"] = checks[-1]
+        summary["sft/check/passed"] = float(checks[-1] >= check.threshold)
+    return summary

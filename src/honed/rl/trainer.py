@@ -172,6 +172,14 @@ class GRPOTrainer:
         if is_checkpoint(self.run.warmstart):
             self.reporter.note(f"using the warm-start checkpoint in {self.run.warmstart}")
             return self._load(self.run.warmstart)
+        check = self.config.sft.check
+
+        def on_check(step: int, value: float) -> None:
+            self.reporter.note(
+                f"warm-start check at step {step}: {check.metric} {value:.3f} "
+                f"(passes at {check.threshold})"
+            )
+
         with self.reporter.task("warm-start (SFT)", self.config.sft.steps) as advance:
             self.warmstart = run_sft(
                 policy,
@@ -179,6 +187,12 @@ class GRPOTrainer:
                 self.config.sft,
                 derive_seed(self.config.seed, "sft"),
                 on_step=lambda step, loss: advance(f"loss {loss:.3f}"),
+                on_check=on_check,
+            )
+        if self.warmstart.get("sft/check/passed") == 0.0:
+            self.reporter.note(
+                f"the warm-start check did not pass within sft.steps ({self.config.sft.steps}); "
+                "GRPO starts from the last warm-start step"
             )
         if self.learners.is_main:
             atomic_write_dir(self.run.warmstart, policy.save)
