@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 
 from honed.config import Config, PolicyConfig, dump_config, format_change, moved_keys
 from honed.distributed import RolledGroup, RolloutPipeline, RolloutRequest, build_backend, fsdp
@@ -72,6 +71,7 @@ from honed.runs.sinks import NoSinks, Sinks
 from honed.runs.state import load_state, rng_state, save_state, set_rng_state
 from honed.sampling.sampler import Sampler
 from honed.types import Group, derive_seed
+from honed.yaml_data import read_yaml
 
 # Settings a resumed run cannot take from a new config: the checkpoint's weights are those of
 # this model, trained after this warm-start.
@@ -376,7 +376,7 @@ class GRPOTrainer:
         """
         before = state.get("config")
         if before is None and self.run.config_path.is_file():  # a checkpoint without it
-            before = yaml.safe_load(self.run.config_path.read_text())
+            before = read_yaml(self.run.config_path)
         # a run saved before a key moved reports no change for it (`MOVED_KEYS`)
         before = moved_keys(before, warn=False)
         changes = resume_changes(before, self.config.model_dump(mode="json"))
