@@ -333,10 +333,23 @@ class GRPOTrainer:
         self.rollouts.sync_weights(self.policy, self.step)
 
     def _restore(self, state: dict[str, Any], path: Path) -> None:
-        """Put a checkpoint's state back: the step, optimizer moments, sampler and curricula,
-        normaliser statistics and RNGs. Settings stay the config's: the optimizer's
-        hyperparameters, the curricula's and the normalisers' settings are re-applied, and each
-        changed setting is printed in one line."""
+        """Put a checkpoint's state back (`_restore_state`). The state is plain data from a
+        file (`honed.runs.state.load_state`), so a part missing or of the wrong shape is a
+        damaged checkpoint, said in one line naming it (exit 2), not a traceback."""
+        try:
+            self._restore_state(state, path)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            problem = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise HonedError(
+                f"{path}: the trainer state cannot be restored ({type(exc).__name__}: "
+                f"{problem[:200]}); the checkpoint is damaged or was not written by honed"
+            ) from None
+
+    def _restore_state(self, state: dict[str, Any], path: Path) -> None:
+        """The step, optimizer moments, sampler and curricula, normaliser statistics and RNGs.
+        Settings stay the config's: the optimizer's hyperparameters, the curricula's and the
+        normalisers' settings are re-applied, and each changed setting is printed in one
+        line."""
         self.step = self.saved_step = state["step"]
         self.counts.load_state_dict(state)
         fsdp.load_optimizer_state(self.policy.model, self.optimizer, state["optimizer"])
