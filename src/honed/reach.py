@@ -72,6 +72,7 @@ class ImportSpec(str):
     there, only for that import); `None` for names honed itself or a Python caller gives.
     """
 
+    shown_as = "module:name"  # in the configuration reference (`honed.config_reference`)
     kind: Literal["module", "file"]
     target: str
     attr: str
@@ -179,6 +180,7 @@ class Endpoint(str):
     and `key_refusal` holds the rule for keys over plain http.
     """
 
+    shown_as = "URL"  # in the configuration reference (`honed.config_reference`)
     scheme: str
     host: str
     port: int | None
