@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from pydantic import BaseModel, GetCoreSchemaHandler, ValidationInfo
 from pydantic_core import core_schema
 
@@ -323,3 +324,8 @@ def reached(config: Any) -> tuple[list[ImportSpec], list[Endpoint]]:
         elif isinstance(value, Endpoint):
             endpoints.add(value)
     return sorted(imports), sorted(endpoints)
+
+
+# Written to YAML as the text they are (a config dumped before `model_dump(mode="json")`).
+for _parsed in (ImportSpec, Endpoint):
+    yaml.SafeDumper.add_representer(_parsed, yaml.representer.SafeRepresenter.represent_str)
