@@ -353,7 +353,9 @@ def test_config_forbids_unknown_keys_and_validates():
         ChatModelConfig(base_url="localhost:8000/v1", model="m")
     with pytest.raises(ValidationError):
         ChatModelConfig(base_url="http://x/v1", model="m", concurrency=0)
-    cfg = ChatModelConfig(base_url=" http://x/v1/ ", model="m")
+    with pytest.raises(ValidationError, match="holds spaces"):  # refused, never tidied
+        ChatModelConfig(base_url=" http://x/v1/ ", model="m")
+    cfg = ChatModelConfig(base_url="HTTP://X/v1/", model="m")
     assert cfg.base_url == "http://x/v1"
     assert (cfg.api_key_env, cfg.temperature, cfg.max_tokens) == (None, 0.0, None)
     assert (cfg.timeout_s, cfg.max_retries, cfg.concurrency, cfg.extra_body) == (120.0, 4, 8, {})

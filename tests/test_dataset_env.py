@@ -13,6 +13,7 @@ import pytest
 from honed.envs.base import Sample
 from honed.envs.dataset import DatasetEnv
 from honed.errors import HonedError
+from honed.reach import ImportSpec
 from honed.types import SPLITS
 from honed.user_code import load_object
 
@@ -96,7 +97,7 @@ def make(files, fn="record", **args) -> DatasetEnv:
 
 
 def calls(files) -> list[dict]:
-    return load_object(f"{files[0] / 'rewards.py'}:CALLS", "test")
+    return load_object(ImportSpec.parse(f"{files[0] / 'rewards.py'}:CALLS"), "test")
 
 
 # Reading the file --------------------------------------------------------------------------
@@ -313,15 +314,23 @@ def test_a_reward_file_that_fails_to_import(files, tmp_path):
         DatasetEnv("ds", path=str(files[1]), reward=f"{tmp_path / 'broken.py'}:f")
 
 
-def test_reward_module_is_found_in_the_working_directory(files, tmp_path, monkeypatch):
+def test_reward_module_is_found_next_to_the_config(files, tmp_path, monkeypatch):
+    from honed.config import load_config
+    from honed.envs.registry import build_envs
+
     (tmp_path / "honed_test_cwd_reward.py").write_text(
         "def exact(completions, answer, **kwargs):\n"
         "    return [float(c == a) for c, a in zip(completions, answer)]\n"
     )
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "envs: [{name: ds, type: dataset, args: {path: data.jsonl, "
+        "reward: 'honed_test_cwd_reward:exact'}}]\n"
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     try:
-        env = DatasetEnv("ds", path="data.jsonl", reward="honed_test_cwd_reward:exact")
+        env = build_envs(load_config(config).envs, seed=0)["ds"]
         item = env.items("train")[0]
         assert env.score_batch([item], [item.data["answer"]])[0].reward == 1.0
     finally:

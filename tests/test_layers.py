@@ -18,19 +18,29 @@ ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "text": set(),
     "rewards": {"types", "errors"},
-    "user_code": {"errors"},
-    "config": {"rewards", "types", "errors"},  # the normaliser's modes are its own
-    "models": {"config", "types", "errors", "text"},
-    "runs": {"config", "types", "errors"},
-    "envs": {"models", "config", "types", "errors", "text", "user_code"},
+    # what a config reaches outside honed (import specs, endpoints), and YAML read as data:
+    # parsed below the config, so that the config, the loader and the clients share them
+    "reach": {"errors"},
+    "yaml_data": {"errors"},
+    "user_code": {"errors", "reach"},
+    "config": {"rewards", "types", "errors", "reach", "yaml_data"},  # the normaliser's modes
+    "models": {"config", "types", "errors", "text", "reach"},
+    "runs": {"config", "types", "errors", "reach", "yaml_data"},
+    "envs": {"models", "config", "types", "errors", "text", "user_code", "reach"},
     "sampling": {"envs", "config", "types", "errors"},
-    "distributed": {"envs", "models", "rewards", "runs", "config", "types", "errors", "user_code"},
-    "skills": {"envs", "models", "runs", "sampling", "config", "types", "errors", "text"},
+    "distributed": {
+        *("envs", "models", "rewards", "runs", "config", "types", "errors", "user_code"),
+        "reach",
+    },
+    "skills": {
+        *("envs", "models", "runs", "sampling", "config", "types", "errors", "text"),
+        "yaml_data",
+    },
     "rl": {
         *("distributed", "envs", "models", "rewards", "runs", "sampling"),
-        *("config", "types", "errors", "text"),
+        *("config", "types", "errors", "text", "yaml_data"),
     },
-    "view": {"runs", "errors"},
+    "view": {"runs", "errors", "yaml_data"},
     # `honed serve`: the sampler, the chat templates and tool-call parsing of the tool
     # environments, a run's latest checkpoint, and the viewer's loopback and socket helpers
     "serve": {"envs", "models", "runs", "view", "config", "types", "errors", "text"},
@@ -39,7 +49,7 @@ ALLOWED: dict[str, set[str]] = {
     "cli": {
         *("rl", "skills", "view", "serve", "distributed", "envs", "models", "runs", "sampling"),
         *("rewards", "config", "config_reference", "types", "errors", "text", "user_code"),
-        "honed",
+        *("reach", "yaml_data", "honed"),
     },
     "__main__": {"cli", "distributed"},  # learner processes start through distributed.launch
     "honed": set(),  # the package's __init__

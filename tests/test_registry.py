@@ -149,14 +149,30 @@ def test_user_class_with_kwargs_rejecting_an_argument_is_a_honed_error(user_file
     assert message.endswith("accepted arguments: factor")
 
 
-def test_user_class_from_a_module_in_the_working_directory(user_file, monkeypatch):
-    monkeypatch.chdir(user_file.parent)
+def test_user_class_from_a_module_next_to_the_config_and_not_from_the_working_directory(
+    user_file, tmp_path, monkeypatch
+):
+    """A module the config names is looked for in the config file's directory (for that import
+    only); the working directory is never on the path."""
+    from honed.config import load_config
+    from honed.envs.registry import build_envs
+
+    config = user_file.parent / "config.yaml"
+    config.write_text("envs: [{name: dbl, type: 'my_envs:Doubling'}]\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(user_file.parent))])
+    path_before = list(sys.path)
     try:
-        env = build_env("my_envs:Doubling", "dbl", seed=0, args={})
-        assert type(env).__name__ == "Doubling"
+        envs = build_envs(load_config(config).envs, seed=0)
+        assert type(envs["dbl"]).__name__ == "Doubling"
+        assert sys.path == path_before
     finally:
         sys.modules.pop("my_envs", None)
+    monkeypatch.chdir(user_file.parent)
+    with pytest.raises(HonedError, match="No module named 'my_envs'"):
+        build_env("my_envs:Doubling", "dbl", seed=0, args={})
 
 
 @pytest.mark.parametrize(

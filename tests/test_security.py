@@ -159,10 +159,11 @@ def test_plots_replace_a_link_instead_of_writing_through_it(tmp_path):
 # A run directory's own config --------------------------------------------------------------
 
 
-def test_reach_lists_code_hosts_and_key_names_anywhere_in_a_config():
+def test_reach_lists_code_and_hosts_anywhere_in_a_validated_config(tmp_path):
+    from honed.config import Config
     from honed.runs.trust import reach
 
-    found = reach(
+    config = Config.model_validate(
         {
             "envs": [
                 {"name": "a", "type": "evil_module:Env"},
@@ -170,15 +171,19 @@ def test_reach_lists_code_hosts_and_key_names_anywhere_in_a_config():
                 {
                     "name": "c",
                     "type": "memory",
-                    "args": {"reader": {"base_url": "https://x.io/v1"}},
+                    "args": {"reader": {"chat": {"base_url": "HTTPS://X.io/v1/"}}},
                 },
+                {"name": "d", "type": "qa", "args": {"note": "plain text: with a colon"}},
             ],
-            "target": {"base_url": "http://10.0.0.9:8000/v1", "api_key_env": "AWS_SECRET"},
-            "note": "plain text: with a colon, not code",
+            "distributed": {
+                "backend": "server",
+                "server": {"base_url": "http://10.0.0.9:8000/v1", "model": "m"},
+            },
         }
     )
+    found = reach(config, ["AWS_SECRET"])
     assert found.imports == ["evil_module:Env", "run/r.py:score"]
-    assert found.hosts == ["10.0.0.9:8000", "x.io"]
+    assert found.hosts == ["http://10.0.0.9:8000/v1", "https://x.io/v1"]
     assert found.secrets == ["AWS_SECRET"]
 
 
@@ -223,7 +228,7 @@ def test_keys_are_never_sent_on_a_run_configs_word(tmp_path):
             }
         )
     )
-    with pytest.raises(HonedError, match=r"would contact 127\.0\.0\.1:9; send the environment"):
+    with pytest.raises(HonedError, match=r"would contact http://127\.0\.0\.1:9/v1; send the"):
         load_run_config(SkillsConfig, config, [], trust=False)
     notes: list[str] = []
     loaded = load_run_config(SkillsConfig, config, [], trust=True, note=notes.append)
@@ -249,17 +254,19 @@ def test_eval_of_a_loose_checkpoint_writes_where_it_is_told(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*before, "result.json"])
 
 
-def test_a_file_in_the_working_directory_cannot_shadow_an_installed_module(tmp_path, monkeypatch):
+def test_a_file_next_to_the_config_cannot_shadow_an_installed_module(tmp_path, monkeypatch):
     import sys
 
+    from honed.reach import ImportSpec
     from honed.user_code import load_object
 
     (tmp_path / "colorsys.py").write_text("HIJACKED = True\n")
     (tmp_path / "my_reward_mod.py").write_text("def f(completions, **kw):\n    return [0.0]\n")
-    monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     sys.modules.pop("colorsys", None)
-    assert callable(load_object("my_reward_mod:f", "reward function"))
+    spec = ImportSpec.parse("my_reward_mod:f", base=tmp_path)
+    assert callable(load_object(spec, "reward function"))
+    assert str(tmp_path) not in sys.path  # on the path for that import only
     import colorsys
 
     assert not hasattr(colorsys, "HIJACKED")

@@ -17,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 vf = pytest.importorskip(
     "verifiers", reason="verifiers is not installed; to run: pip install 'honed[verifiers]'"
@@ -30,7 +31,7 @@ from skill_world import World  # noqa: E402
 from tool_world import ScriptedGenerator, hermes  # noqa: E402
 
 from honed.cli import main  # noqa: E402
-from honed.config import PolicyConfig, TinyModelConfig  # noqa: E402
+from honed.config import EnvConfig, PolicyConfig, TinyModelConfig  # noqa: E402
 from honed.envs.registry import build_env  # noqa: E402
 from honed.envs.verifiers import loading  # noqa: E402
 from honed.errors import HonedError  # noqa: E402
@@ -531,11 +532,15 @@ def test_honeds_signal_handlers_survive_verifiers_own():
 
 
 def test_a_run_config_naming_a_verifiers_environment_imports_code():
-    found = reach({"envs": [{"name": "x", "type": "verifiers", "args": {"env": "evil_pkg"}}]})
-    assert found.imports == ["the verifiers environment evil_pkg"]
-    assert reach({"envs": [{"name": "verifiers", "args": {"env": "a/b.py"}}]}).imports == [
-        "the verifiers environment a/b.py"
-    ]
+    # `env` names code without a `:`; validation parses it into the import it is, so the
+    # trust walk lists it and the loader takes nothing else.
+    found = reach(EnvConfig(name="x", type="verifiers", args={"env": "owner/evil-pkg"}))
+    assert found.imports == ["evil_pkg:load_environment"]
+    found = reach(EnvConfig(name="verifiers", args={"env": "a/b.py"}))
+    assert found.imports == ["a/b.py:load_environment"]
+    for hostile in ("a b.py", "evil pkg", "pkg ", "évil"):
+        with pytest.raises(ValidationError, match=r"args\.env"):
+            EnvConfig(name="verifiers", args={"env": hostile})
 
 
 # ----------------------------------------------------------------------------- the loops
@@ -599,7 +604,7 @@ def test_honed_train_and_eval_run_on_it(tmp_path, capsys):
     # the run's own config imports the environment's code: not used unasked
     capsys.readouterr()
     assert main(["eval", str(tmp_path / "run"), "--quiet"]) == 2
-    assert "the verifiers environment verifiers_world" in capsys.readouterr().err
+    assert "verifiers_world:load_environment" in capsys.readouterr().err
 
 
 def shop_target(req: FakeRequest) -> dict:

@@ -23,6 +23,7 @@ from honed.runs.progress import Reporter
 from honed.runs.rundir import STATE_FILE, RunDir
 from honed.runs.trust import load_run_config
 from honed.text import redact
+from honed.yaml_data import read_yaml
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -566,7 +567,6 @@ def _export_merged(checkpoint: Path, out: Path) -> None:
     """A LoRA checkpoint as a plain Hugging Face model: the run's base model (its config's
     `policy` section; the only part read, so nothing in it runs code) with the adapter folded
     into the weights, in float32 on the CPU so that merging rounds nothing."""
-    import yaml
     from pydantic import ValidationError
 
     from honed.config import PolicyConfig
@@ -579,7 +579,7 @@ def _export_merged(checkpoint: Path, out: Path) -> None:
             f"{checkpoint} holds a LoRA adapter outside a run directory: its base model is "
             "named in the run's config.yaml; export from the run instead"
         )
-    data = yaml.safe_load(run.config_path.read_text()) or {}
+    data = read_yaml(run.config_path) or {}
     try:
         settings = PolicyConfig.model_validate(data.get("policy") or {})
     except ValidationError as exc:

@@ -20,7 +20,6 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
-from urllib.parse import urlparse
 
 import yaml
 from pydantic import (
@@ -28,13 +27,16 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from honed.errors import HonedError, did_you_mean, warn_renamed
+from honed.reach import CONFIG_DIR, Endpoint, ImportSpec, parse_free
 from honed.rewards.normalizer import NormMode
 from honed.types import Split
+from honed.yaml_data import load_yaml, read_yaml
 
 
 class Strict(BaseModel):
@@ -193,9 +195,56 @@ class EnvConfig(Strict):
         "environment's documentation lists its own).",
     )
 
+    @field_validator("type")
+    @classmethod
+    def _type(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return named_or_import(value, info)
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        return parse_free(value, config_dir(info))
+
+    @model_validator(mode="after")
+    def _verifiers_import(self, info: ValidationInfo) -> EnvConfig:
+        """A `verifiers` environment's `env` names code without a `:` (a package, module or
+        `.py` file whose `load_environment` runs): parsed here into the `ImportSpec` it
+        imports, so that `honed.reach.reached` lists it and the loader takes only that."""
+        env = self.args.get("env")
+        if self.env_type == "verifiers" and isinstance(env, str):
+            if not isinstance(env, ImportSpec):
+                try:
+                    env = ImportSpec.parse(verifiers_import(env), config_dir(info))
+                except ValueError as exc:
+                    raise ValueError(f"args.env: {exc}") from None
+            self.args["env"] = env
+        return self
+
     @property
     def env_type(self) -> str:
         return self.type or self.name
+
+
+def verifiers_import(env: str) -> str:
+    """What a verifiers environment id imports `load_environment` from: a `.py` file as given,
+    or the module verifiers itself imports for it (`owner/vf-name` -> `vf_name`)."""
+    if env.endswith(".py"):
+        return f"{env}:load_environment"
+    return f"{env.replace('-', '_').split('/')[-1]}:load_environment"
+
+
+def config_dir(info: ValidationInfo) -> Path | None:
+    """The directory of the config file being validated (`load_model` says), if any."""
+    return info.context.get(CONFIG_DIR) if isinstance(info.context, dict) else None
+
+
+def named_or_import(value: str | None, info: ValidationInfo) -> str | None:
+    """A value that is a name honed knows (`addition`, `reload`) or, holding a `:`, code to
+    import: parsed here as an `ImportSpec`, so that it is refused now if malformed and listed by
+    `honed.reach.reached` if not."""
+    if value is None or ":" not in value:
+        return value
+    return ImportSpec.parse(value, config_dir(info))
 
 
 def check_envs(envs: list[EnvConfig]) -> None:
@@ -778,20 +827,6 @@ class LoggingConfig(Strict):
     )
 
 
-def key_over_plain_http(url: str, api_key_env: str | None, allowed: bool) -> str | None:
-    """Why sending the key to `url` is refused, or `None`: a key goes over plain http:// only
-    to this machine, unless the user allows it (a network of their own)."""
-    parsed = urlparse(url)
-    local = parsed.hostname in ("localhost", "127.0.0.1", "::1")
-    if not api_key_env or parsed.scheme != "http" or local or allowed:
-        return None
-    return (
-        f"{url} is plain http:// to another machine, so the key in {api_key_env} would cross "
-        "the network unencrypted; use https://, or set allow_insecure_http: true if the "
-        "network is yours"
-    )
-
-
 def _one_or_a_list(schema: dict[str, Any]) -> None:
     """A list field that also takes one item (a `mode="before"` validator wraps it): its JSON
     schema says so, so that editors accept what the config accepts."""
@@ -807,7 +842,7 @@ class ServerConfig(Strict):
     must serve the policy's tokenizer.
     """
 
-    base_url: list[str] = Field(
+    base_url: list[Endpoint] = Field(
         description="One server URL or a list (`http://host:8000/v1`); rows are spread over "
         "them in turn.",
         json_schema_extra=_one_or_a_list,
@@ -829,9 +864,11 @@ class ServerConfig(Strict):
         "sample under its name, unload the previous one), `none` (leave the served weights "
         "alone), or your own hook as `module:Class`.",
     )
-    reload_endpoint: str = Field(
+    reload_endpoint: Endpoint | str = Field(
         "/update_weights_from_disk",
-        description="Where `reload` is requested (SGLang's `/update_weights_from_disk`).",
+        description="Where `reload` is requested: a path on each server (SGLang's "
+        "`/update_weights_from_disk`) or a whole URL, held to the same rule for keys as "
+        "`base_url`.",
     )
     weights_dir: str | None = Field(
         None,
@@ -846,8 +883,8 @@ class ServerConfig(Strict):
 
     @model_validator(mode="after")
     def _key_only_over_https(self) -> ServerConfig:
-        for url in self.base_url:
-            problem = key_over_plain_http(url, self.api_key_env, self.allow_insecure_http)
+        for url in self.urls():
+            problem = url.key_refusal(self.api_key_env, self.allow_insecure_http)
             if problem:
                 raise ValueError(problem)
         return self
@@ -858,10 +895,36 @@ class ServerConfig(Strict):
         urls = [value] if isinstance(value, str) else value
         if not urls:
             raise ValueError("give at least one server URL")
-        for url in urls:
-            if not str(url).startswith(("http://", "https://")):
-                raise ValueError(f"a server URL must start with http:// or https://, got {url!r}")
-        return [str(url).rstrip("/") for url in urls]
+        return urls
+
+    @field_validator("reload_endpoint", mode="before")
+    @classmethod
+    def _reload_endpoint(cls, value: Any) -> Any:
+        """A path (`/...`) stays a path; anything else must be a whole URL (`Endpoint`)."""
+        if isinstance(value, str) and not isinstance(value, Endpoint) and value.startswith("/"):
+            # the path of an endpoint on the server's origin: parsed as one, so that it holds
+            # nothing that would change which host is reached
+            return Endpoint.parse("http://localhost" + value).path or "/"
+        return Endpoint.parse(value) if isinstance(value, str) else value
+
+    def reload_url(self, base_url: Endpoint) -> Endpoint:
+        """Where a server at `base_url` is asked to reload: `reload_endpoint` on its origin,
+        or `reload_endpoint` itself when it is a whole URL."""
+        if isinstance(self.reload_endpoint, Endpoint):
+            return self.reload_endpoint
+        return base_url.with_path(self.reload_endpoint)
+
+    def urls(self) -> list[Endpoint]:
+        """Every URL the learner sends a request to (with the key, if there is one)."""
+        reload = (
+            [self.reload_url(url) for url in self.base_url] if self.weight_sync == "reload" else []
+        )
+        return [*self.base_url, *reload]
+
+    @field_validator("weight_sync")
+    @classmethod
+    def _weight_sync(cls, value: str, info: ValidationInfo) -> str:
+        return named_or_import(value, info)
 
 
 class DistributedConfig(Strict):
@@ -875,7 +938,7 @@ class DistributedConfig(Strict):
         "groups to the trajectory API at `api_url`, honed pulls and trains on them; README, "
         '"Train behind Atropos").',
     )
-    api_url: str | None = Field(
+    api_url: Endpoint | None = Field(
         None,
         description="`backend: atropos`: the Atropos trajectory API (`run-api`), "
         "`http://127.0.0.1:8000`.",
@@ -921,8 +984,6 @@ class DistributedConfig(Strict):
             raise ValueError("a 'server' section needs backend 'server' (or 'ray', 'atropos')")
         if (self.backend == "atropos") != (self.api_url is not None):
             raise ValueError("backend 'atropos' and api_url (the trajectory API) go together")
-        if self.api_url is not None and not self.api_url.startswith(("http://", "https://")):
-            raise ValueError(f"api_url must start with http:// or https://, got {self.api_url!r}")
         if self.backend == "atropos" and self.max_staleness:
             raise ValueError(
                 "backend 'atropos' pulls what the environments have generated: how far they run "
@@ -1022,10 +1083,11 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 def _parse_value(text: str) -> Any:
-    """`-o k=v` values are YAML scalars or flow collections: `20`, `true`, `[1, 2]`, `a/b`."""
+    """`-o k=v` values are YAML scalars or flow collections: `20`, `true`, `[1, 2]`, `a/b`
+    (read as data, like a config file: `honed.yaml_data`); what is not YAML is the text."""
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
+        return load_yaml(text, "an override")
+    except HonedError:
         return text
 
 
@@ -1150,6 +1212,8 @@ def load_model(
     validate the result as `model`; every problem is a one-line `HonedError`.
 
     Shared by every command that takes a config (`honed train`, `honed skills train`, ...).
+    The YAML is read as data (`honed.yaml_data`); a module the config names to import is looked
+    for in the config file's directory when it is not installed (`honed.user_code`).
     `transform` edits the raw data before the overrides (`honed.runs.trust` removes key names
     from a run directory's own config with it).
     """
@@ -1160,10 +1224,7 @@ def load_model(
         source = str(path)
         if not path.is_file():
             raise HonedError(f"config file not found: {path}")
-        try:
-            loaded = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            raise HonedError(f"{path} is not valid YAML: {exc}".splitlines()[0]) from exc
+        loaded = read_yaml(path)
         if loaded is not None and not isinstance(loaded, dict):
             raise HonedError(f"{path}: the top level must be a mapping of sections")
         data = loaded or {}
@@ -1171,8 +1232,9 @@ def load_model(
         transform(data)
     for assignment in overrides or []:
         apply_override(data, assignment)
+    context = {CONFIG_DIR: path.resolve().parent if path is not None else None}
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context=context)
     except ValidationError as err:
         raise _explain(err, source, model) from err
 

@@ -107,7 +107,8 @@ def type_text(annotation: Any, metadata: Sequence[Any] = ()) -> str:
         return "mapping"
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return "section"
-    name = getattr(annotation, "__name__", str(annotation))
+    # a type may say how the reference names it (`honed.reach.Endpoint` is a `URL`)
+    name = getattr(annotation, "shown_as", None) or getattr(annotation, "__name__", str(annotation))
     if any(getattr(item, "min_length", None) == 1 for item in metadata):
         return f"non-empty {name}"
     return " ".join([name, *_bounds(metadata)])

@@ -9,7 +9,8 @@ message it makes from one, through it before anyone logs, writes or reads it.
 Two things in such text can end a run: code points that are not valid UTF-8 (a JSON escape like
 `"\\ud800"` decodes to a lone surrogate, which `str.encode` refuses), and sheer size handed to a
 repair routine whose cost grows faster than linearly. `valid_text` replaces the first with
-U+FFFD; `MAX_REPAIR_CHARS` bounds the second, and longer spans count as unreadable.
+U+FFFD; `RepairBudget` bounds the second: one reply's spans together get `MAX_REPAIR_CHARS`
+characters of repair, and what is beyond counts as unreadable.
 """
 
 from __future__ import annotations
@@ -19,11 +20,34 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import json_repair
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
-# Longest text handed to json_repair. Tool-call and edit replies are far shorter; junk longer
-# than this is counted as invalid instead of repaired.
+# Most text handed to json_repair for one reply, all its spans together. Tool-call and edit
+# replies are far shorter; junk beyond this is counted as invalid instead of repaired.
 MAX_REPAIR_CHARS = 8_000
+
+
+class RepairBudget:
+    """json_repair for one reply: its spans share `MAX_REPAIR_CHARS` characters, so a reply of
+    many broken spans costs what one long span does (a cap per span let a 64 k-character reply
+    of 8 such spans take 14 s)."""
+
+    def __init__(self, chars: int = MAX_REPAIR_CHARS) -> None:
+        self.left = chars
+
+    def repair(self, text: str) -> Any:
+        """`text` repaired into JSON, or `None` when it is empty, is more than what is left of
+        the budget, or makes json_repair fail (its own failures on hostile input must not
+        escape)."""
+        if not text or len(text) > self.left:
+            return None
+        self.left -= len(text)
+        try:
+            return json_repair.loads(text)
+        except Exception:
+            return None
 
 
 def valid_text(text: str) -> str:

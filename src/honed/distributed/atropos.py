@@ -48,6 +48,7 @@ from honed.models.batching import build_batch
 from honed.models.chat import ChatClient
 from honed.models.policy import Policy
 from honed.models.scoring import frozen_logprobs
+from honed.reach import Endpoint
 from honed.types import Group, Segment, Trajectory
 
 MASKED = -100  # Atropos's mask value for tokens that are not trained on
@@ -164,13 +165,17 @@ def to_group(data: dict[str, Any], decode: Callable[[list[int]], str]) -> tuple[
 class AtroposAPI:
     """The trainer's calls to the trajectory API: register, pull a batch, read the status."""
 
-    def __init__(self, url: str, timeout_s: float = 30.0) -> None:
-        self.url = url.rstrip("/")
+    def __init__(self, url: Endpoint, timeout_s: float = 30.0) -> None:
+        if not isinstance(url, Endpoint):
+            raise TypeError(
+                f"the Atropos API is an Endpoint (honed.reach), not {type(url).__name__}"
+            )
+        self.url = url
         self.http = httpx.Client(timeout=timeout_s, trust_env=False)
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         try:
-            response = self.http.request(method, f"{self.url}{path}", json=body)
+            response = self.http.request(method, str(self.url.child(path.lstrip("/"))), json=body)
         except httpx.TransportError as exc:
             raise HonedError(
                 f"cannot reach the Atropos API at {self.url} ({type(exc).__name__}); start it "

@@ -44,6 +44,7 @@ def server_clients(server_config: ServerConfig) -> list[ChatClient]:
                 timeout_s=server_config.timeout_s,
                 max_retries=server_config.max_retries,
                 concurrency=server_config.concurrency,
+                allow_insecure_http=server_config.allow_insecure_http,
             )
         )
         for url in server_config.base_url
@@ -121,7 +122,7 @@ class CompletionsGenerator:
 
     def _sample(self, row: int, prompt_ids: list[int], seed: int) -> Sample:
         client = self.clients[row % len(self.clients)]
-        url = f"{client.config.base_url}/completions"
+        url = client.config.base_url.child("completions")
         model = getattr(self.served, "served_model", None) or self.server_config.model
         body = {
             "model": model,

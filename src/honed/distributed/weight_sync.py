@@ -32,12 +32,11 @@ import shutil
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-import httpx
-
 from honed.config import ServerConfig
 from honed.errors import HonedError
 from honed.models.chat import ChatClient
 from honed.models.policy import Policy
+from honed.reach import ImportSpec
 from honed.runs.files import atomic_write_dir
 from honed.user_code import load_object
 
@@ -57,13 +56,6 @@ class NoWeightSync:
         if self.served is None:
             self.served = version
         return self.served
-
-
-def endpoint_url(base_url: str, endpoint: str) -> str:
-    """`endpoint` as a URL: absolute as given, or a path on the server's origin (no `/v1`)."""
-    if endpoint.startswith(("http://", "https://")):
-        return endpoint
-    return str(httpx.URL(base_url).copy_with(path=endpoint, query=None))
 
 
 class _WeightsOnDisk:
@@ -94,7 +86,7 @@ class ReloadFromDisk(_WeightsOnDisk):
     def push(self, policy: Policy, version: int) -> int:
         path = self._save(policy, version)
         for client in self.clients:
-            url = endpoint_url(client.config.base_url, self.server_config.reload_endpoint)
+            url = self.server_config.reload_url(client.config.base_url)
             reply = client.post(url, {"model_path": str(path)}, stage="weight_sync")
             try:
                 body = reply.json()
@@ -135,12 +127,12 @@ class LoadLoraAdapter(_WeightsOnDisk):
         if name == self.served_model:
             return version
         for client in self.clients:
-            url = endpoint_url(client.config.base_url, LOAD_LORA)
+            url = client.config.base_url.with_path(LOAD_LORA)
             client.post(url, {"lora_name": name, "lora_path": str(path)}, stage="weight_sync")
         previous, self.served_model = self.served_model, name
         if previous is not None:
             for client in self.clients:
-                url = endpoint_url(client.config.base_url, UNLOAD_LORA)
+                url = client.config.base_url.with_path(UNLOAD_LORA)
                 client.post(url, {"lora_name": previous}, stage="weight_sync")
         self._prune()
         return version
@@ -165,7 +157,8 @@ def build_weight_sync(
             f"distributed.server.weight_sync: '{server_config.weight_sync}' is not reload, lora, "
             "none or module:Class"
         )
-    hook = load_object(server_config.weight_sync, "weight-sync hook")(server_config, weights_dir)
+    spec = ImportSpec.named(server_config.weight_sync, "distributed.server.weight_sync")
+    hook = load_object(spec, "weight-sync hook")(server_config, weights_dir)
     if not isinstance(hook, WeightSync):
         raise HonedError(
             f"weight-sync hook '{server_config.weight_sync}' has no push(policy, version)"

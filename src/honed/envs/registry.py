@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from honed.envs.base import Environment
 from honed.errors import HonedError, did_you_mean
+from honed.reach import ImportSpec
 from honed.types import derive_seed
 from honed.user_code import load_object
 
@@ -54,7 +55,10 @@ def resolve(type_name: str) -> type:
             f"unknown environment '{type_name}'{did_you_mean(type_name, ENVIRONMENTS)}; "
             f"available: {', '.join(sorted(ENVIRONMENTS))} (or a class as 'module:Class')"
         )
-    cls = target if isinstance(target, type) else load_object(target, "environment")
+    if isinstance(target, type):
+        cls = target
+    else:
+        cls = load_object(ImportSpec.named(target, "environment"), "environment")
     if not isinstance(cls, type):
         raise HonedError(f"environment '{type_name}' names {cls!r}, which is not a class")
     return cls

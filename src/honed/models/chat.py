@@ -61,15 +61,14 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from honed.config import key_over_plain_http
 from honed.errors import HonedError, did_you_mean
 from honed.models.budget import BudgetStop, Caps, Worst
 from honed.models.journal import Journal, request_key
+from honed.reach import Endpoint
 from honed.text import cut_middle, map_strings, redact, register_secret, valid_text
 
 log = logging.getLogger(__name__)
@@ -104,7 +103,7 @@ class ChatModelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    base_url: str = Field(
+    base_url: Endpoint = Field(
         description="The API root including its prefix: `http://127.0.0.1:8000/v1` (vLLM, "
         "SGLang), `http://127.0.0.1:11434/v1` (Ollama), `https://api.openai.com/v1`."
     )
@@ -159,18 +158,10 @@ class ChatModelConfig(BaseModel):
 
     @model_validator(mode="after")
     def _key_only_over_https(self) -> ChatModelConfig:
-        problem = key_over_plain_http(self.base_url, self.api_key_env, self.allow_insecure_http)
+        problem = self.base_url.key_refusal(self.api_key_env, self.allow_insecure_http)
         if problem:
             raise ValueError(problem)
         return self
-
-    @field_validator("base_url")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        value = value.strip().rstrip("/")
-        if not value.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must start with http:// or https://, got {value!r}")
-        return value
 
 
 @dataclass
@@ -530,6 +521,11 @@ class ChatClient:
         caps: Caps | None = None,
         max_reply_chars: int | None = None,
     ) -> None:
+        if not isinstance(config.base_url, Endpoint):
+            raise TypeError("ChatClient takes a base_url parsed as an Endpoint (honed.reach)")
+        problem = config.base_url.key_refusal(config.api_key_env, config.allow_insecure_http)
+        if problem:
+            raise HonedError(problem)
         self.config = config
         self.meter = usage or UsageMeter()
         self.caps = caps
@@ -551,8 +547,7 @@ class ChatClient:
         self._http = httpx.AsyncClient(headers=headers, timeout=config.timeout_s, limits=limits)
         self._slots = threading.BoundedSemaphore(config.concurrency)
         self._rng = random.Random()
-        parts = urlsplit(config.base_url)
-        self._origin = f"{parts.scheme}://{parts.netloc}"
+        self._origin = config.base_url.origin
         # The largest ratio of the server's prompt-token counts to `estimate_tokens` seen so far.
         self._calibration = 1.0
         self._closed = False
@@ -618,11 +613,18 @@ class ChatClient:
         finally:
             self._slots.release()
 
-    def _send(self, method: str, url: str, body: Any, seconds: float) -> httpx.Response:
+    def _send(self, method: str, url: Endpoint, body: Any, seconds: float) -> httpx.Response:
         """One HTTP request, the whole of it (connect to last byte) within `seconds`; an
-        `abort()` cuts it (`Aborted`)."""
+        `abort()` cuts it (`Aborted`). Only to a parsed `Endpoint`, and with the key only where
+        the endpoint's rule lets it go (`Endpoint.key_refusal`)."""
+        if not isinstance(url, Endpoint):
+            raise TypeError(f"requests go to an Endpoint (honed.reach), not {type(url).__name__}")
+        problem = url.key_refusal(self.config.api_key_env, self.config.allow_insecure_http)
+        if problem:
+            raise HonedError(problem)
         future = asyncio.run_coroutine_threadsafe(
-            asyncio.wait_for(self._http.request(method, url, json=body), seconds), _event_loop()
+            asyncio.wait_for(self._http.request(method, str(url), json=body), seconds),
+            _event_loop(),
         )
         with self._lock:
             self._in_flight.add(future)
@@ -650,7 +652,7 @@ class ChatClient:
         base, model = self.config.base_url, self.config.model
         try:
             response = self._send(
-                "GET", f"{base}/models", None, min(self.config.timeout_s, CHECK_TIMEOUT_S)
+                "GET", base.child("models"), None, min(self.config.timeout_s, CHECK_TIMEOUT_S)
             )
         except httpx.TransportError as exc:
             raise HonedError(
@@ -674,6 +676,14 @@ class ChatClient:
             raise HonedError(
                 f"the chat server at {base} answered GET /models with HTTP {status}: "
                 f"{_server_message(response)}"
+            )
+        if status >= 300:
+            # not followed: a redirect is another URL than the config names (and a key would go
+            # with it); the config is fixed to name where the API is
+            where = redact(response.headers.get("location", "somewhere else")[:200])
+            raise HonedError(
+                f"the chat server at {base} answered GET /models with a redirect (HTTP "
+                f"{status}) to {where!r}; set base_url to where the API is"
             )
         try:
             listed = [m["id"] for m in response.json()["data"] if isinstance(m, dict)]
@@ -720,7 +730,7 @@ class ChatClient:
         as `invalid`). A reply the journal holds for this very request is taken from it; one
         received is journaled before it is returned.
         """
-        url = f"{self.config.base_url}/chat/completions"
+        url = self.config.base_url.child("chat/completions")
         body = self._body(messages, params)
         journal = self.meter.journal
         options = {
@@ -778,7 +788,7 @@ class ChatClient:
 
     def _reader(
         self,
-        url: str,
+        url: Endpoint,
         stage: str,
         accept_empty: bool,
         messages: Messages,
@@ -878,7 +888,7 @@ class ChatClient:
             self.caps.unmetered(self._origin)
         return prompt, completion
 
-    def post(self, url: str, body: dict[str, Any], stage: str = "default") -> httpx.Response:
+    def post(self, url: Endpoint, body: dict[str, Any], stage: str = "default") -> httpx.Response:
         """POST `body` as JSON to `url` (any route of the server) with the client's retries,
         concurrency limit, deadline and credentials; the successful response, or a
         `ChatFailure`."""
@@ -899,7 +909,7 @@ class ChatClient:
 
     def _attempts(
         self,
-        url: str,
+        url: Endpoint,
         body: dict[str, Any],
         stage: str,
         read: Callable[[httpx.Response, bool, dict[str, float]], T],

@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 
 from honed.config import Config, PolicyConfig, dump_config, format_change, moved_keys
 from honed.distributed import RolledGroup, RolloutPipeline, RolloutRequest, build_backend, fsdp
@@ -72,6 +71,7 @@ from honed.runs.sinks import NoSinks, Sinks
 from honed.runs.state import load_state, rng_state, save_state, set_rng_state
 from honed.sampling.sampler import Sampler
 from honed.types import Group, derive_seed
+from honed.yaml_data import read_yaml
 
 # Settings a resumed run cannot take from a new config: the checkpoint's weights are those of
 # this model, trained after this warm-start.
@@ -347,10 +347,23 @@ class GRPOTrainer:
         self.rollouts.sync_weights(self.policy, self.step)
 
     def _restore(self, state: dict[str, Any], path: Path) -> None:
-        """Put a checkpoint's state back: the step, optimizer moments, sampler and curricula,
-        normaliser statistics and RNGs. Settings stay the config's: the optimizer's
-        hyperparameters, the curricula's and the normalisers' settings are re-applied, and each
-        changed setting is printed in one line."""
+        """Put a checkpoint's state back (`_restore_state`). The state is plain data from a
+        file (`honed.runs.state.load_state`), so a part missing or of the wrong shape is a
+        damaged checkpoint, said in one line naming it (exit 2), not a traceback."""
+        try:
+            self._restore_state(state, path)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            problem = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise HonedError(
+                f"{path}: the trainer state cannot be restored ({type(exc).__name__}: "
+                f"{problem[:200]}); the checkpoint is damaged or was not written by honed"
+            ) from None
+
+    def _restore_state(self, state: dict[str, Any], path: Path) -> None:
+        """The step, optimizer moments, sampler and curricula, normaliser statistics and RNGs.
+        Settings stay the config's: the optimizer's hyperparameters, the curricula's and the
+        normalisers' settings are re-applied, and each changed setting is printed in one
+        line."""
         self.step = self.saved_step = state["step"]
         self.counts.load_state_dict(state)
         fsdp.load_optimizer_state(self.policy.model, self.optimizer, state["optimizer"])
@@ -390,7 +403,7 @@ class GRPOTrainer:
         """
         before = state.get("config")
         if before is None and self.run.config_path.is_file():  # a checkpoint without it
-            before = yaml.safe_load(self.run.config_path.read_text())
+            before = read_yaml(self.run.config_path)
         # a run saved before a key moved reports no change for it (`MOVED_KEYS`)
         before = moved_keys(before, warn=False)
         changes = resume_changes(before, self.config.model_dump(mode="json"))

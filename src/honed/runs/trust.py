@@ -9,27 +9,27 @@ environments, no code to import, no host to contact), or when the user passes
 `--trust-run-config` after being told what it reaches; a config the user names with `--config`
 is theirs and used as it is. Keys are never sent on the strength of a run's config: its
 `api_key_env` entries are dropped, with a note.
+
+What the config reaches is read from the *validated* config: every value that imports code or
+names a host is parsed there into `honed.reach.ImportSpec` or `honed.reach.Endpoint`, the only
+types the loader and the HTTP clients take, and `honed.reach.reached` lists them. Nothing is
+imported or contacted while the config is read and validated.
 """
 
 from __future__ import annotations
 
-import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlparse
 
-import yaml
 from pydantic import BaseModel
 
 from honed.config import load_model
 from honed.errors import HonedDeprecationWarning, HonedError
+from honed.reach import reached
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
-
-# `package.module:name` or `path/to/file.py:name`: what `honed.user_code.load_object` imports
-_IMPORT_SPEC = re.compile(r"^(?:[A-Za-z_][\w.]*|[^\s:]+\.py):[A-Za-z_][\w.]*$")
 
 
 @dataclass
@@ -51,47 +51,26 @@ class Reach:
         return "; ".join(parts)
 
 
-def reach(data: Any) -> Reach:
-    """Every import spec, host and key name in a raw config (walked whole, so an environment's
-    own arguments count as much as the sections honed knows)."""
-    found = Reach()
-    stack: list[tuple[str, Any]] = [("", data)]
-    while stack:
-        key, value = stack.pop()
-        if isinstance(value, dict):
-            stack.extend((str(k), v) for k, v in value.items())
-            loaded = _verifiers_module(value)
-            if loaded is not None:
-                found.imports.append(loaded)
-        elif isinstance(value, list):
-            stack.extend((key, v) for v in value)
-        elif isinstance(value, str):
-            if key == "api_key_env" and value:
-                found.secrets.append(value)
-            elif value.startswith(("http://", "https://")):
-                found.hosts.append(urlparse(value).netloc or value)
-            elif _IMPORT_SPEC.match(value):
-                found.imports.append(value)
-    for name in ("imports", "hosts", "secrets"):
-        setattr(found, name, sorted(set(getattr(found, name))))
-    return found
+def reach(config: BaseModel, secrets: list[str] | None = None) -> Reach:
+    """The code a validated config imports and the hosts it contacts (each endpoint by its
+    whole normalised URL), with the key names `secrets` found in it."""
+    imports, endpoints = reached(config)
+    return Reach([str(i) for i in imports], [str(e) for e in endpoints], sorted(secrets or []))
 
 
-def _verifiers_module(entry: dict[Any, Any]) -> str | None:
-    """What a `type: verifiers` environment entry imports: its `env` (a package, module or
-    `.py` file whose `load_environment` runs), which names no `module:function` to match."""
-    kind = entry.get("type") or entry.get("name")
-    args = entry.get("args")
-    if kind != "verifiers" or not isinstance(args, dict) or not isinstance(args.get("env"), str):
-        return None
-    return f"the verifiers environment {args['env']}"
-
-
-def _drop_key_names(data: Any) -> None:
+def _drop_key_names(data: Any, found: list[str]) -> None:
+    """Set every `api_key_env` in raw config data to null, noting the names in `found`."""
+    seen: set[int] = set()
     stack = [data]
     while stack:
         value = stack.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
         if isinstance(value, dict):
+            name = value.get("api_key_env")
+            if name:
+                found.append(str(name))
             if "api_key_env" in value:
                 value["api_key_env"] = None
             stack.extend(value.values())
@@ -106,12 +85,18 @@ def load_run_config(
     trust: bool,
     note=print,
 ) -> ModelT:
-    """A run directory's own config, if it may be used (see the module docstring)."""
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise HonedError(f"{path}: cannot read the run's config ({exc})".splitlines()[0]) from exc
-    found = reach(raw)
+    """A run directory's own config, if it may be used (see the module docstring).
+
+    A config that does not validate (a malformed import spec or URL among them) is refused
+    like any other, naming the key."""
+    secrets: list[str] = []
+    with warnings.catch_warnings():
+        # a run saved by an earlier honed may use renamed keys; the user did not write it
+        warnings.simplefilter("ignore", HonedDeprecationWarning)
+        config = load_model(
+            model, path, overrides, transform=lambda data: _drop_key_names(data, secrets)
+        )
+    found = reach(config, sorted(set(secrets)))
     if (found.imports or found.hosts) and not trust:
         raise HonedError(
             f"{path} is the run's own config and would {found.describe()}; honed does not act "
@@ -128,7 +113,4 @@ def load_run_config(
             f"ignoring api_key_env ({', '.join(found.secrets)}) in the run's own config: keys "
             "are sent only to servers of a config you name with --config"
         )
-    with warnings.catch_warnings():
-        # a run saved by an earlier honed may use renamed keys; the user did not write it
-        warnings.simplefilter("ignore", HonedDeprecationWarning)
-        return load_model(model, path, overrides, transform=_drop_key_names)
+    return config

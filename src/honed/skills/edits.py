@@ -20,9 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import json_repair
-
-from honed.text import MAX_REPAIR_CHARS, valid_text, valid_values
+from honed.text import RepairBudget, valid_text, valid_values
 
 OPS = ("append", "insert_after", "replace", "delete")
 NEEDS_TARGET = ("insert_after", "replace", "delete")
@@ -107,12 +105,8 @@ def decode_json(text: str) -> Any:
             return valid_values(json.loads(candidate))
         except (ValueError, RecursionError):  # huge numbers and deep nesting included
             continue
-    if len(candidates[0]) > MAX_REPAIR_CHARS:
-        return None  # repair costs more than linear time; a reply this long is junk
-    try:
-        repaired = json_repair.loads(candidates[0])
-    except (ValueError, RecursionError, TypeError, IndexError):
-        return None
+    # repair costs more than linear time: a reply longer than the budget is junk
+    repaired = RepairBudget().repair(candidates[0])
     # json_repair turns prose into "" or a bare string; that is no JSON object at all.
     return valid_values(repaired) if isinstance(repaired, dict | list) else None
 

@@ -42,7 +42,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.markup import escape
 
 from honed.config import dump_config
@@ -111,6 +110,7 @@ from honed.skills.rollout import (
 )
 from honed.skills.rundir import SkillRunDir
 from honed.types import Group, Item, Trajectory, derive_seed, prompt_text
+from honed.yaml_data import read_yaml
 
 log = logging.getLogger(__name__)
 
@@ -546,8 +546,8 @@ class SkillTrainer:
         before = state.get("config")
         if before is None and self.run.config_path.is_file():  # states written before it held it
             try:
-                before = yaml.safe_load(self.run.config_path.read_text(encoding="utf-8"))
-            except yaml.YAMLError:
+                before = read_yaml(self.run.config_path)
+            except HonedError:
                 before = None
         changes = config_changes(before, self.config.model_dump(mode="json"))
         check_changes(

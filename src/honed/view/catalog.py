@@ -19,10 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import yaml
-
 from honed.errors import HonedError
 from honed.runs import run_state
+from honed.yaml_data import load_yaml
 
 # A folder holding `config.yaml` and one of these is a run.
 MARKERS = ("metrics.jsonl", "state.json", run_state.FILE, "summary.json", "checkpoints")
@@ -151,8 +150,8 @@ class Catalog:
 def read_config(run: RunFiles) -> dict[str, Any]:
     """The run's resolved config (YAML, read without constructing any object), or {}."""
     try:
-        data = yaml.safe_load(run.text("config.yaml"))
-    except (NotFound, HonedError, yaml.YAMLError):
+        data = load_yaml(run.text("config.yaml"), "config.yaml")
+    except (NotFound, HonedError):
         return {}
     return data if isinstance(data, dict) else {}
 

@@ -32,10 +32,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
-import json_repair
-
 from honed.envs.memory.tools import ToolCall, call_from_object
-from honed.text import MAX_REPAIR_CHARS, valid_text, valid_values
+from honed.text import RepairBudget, valid_text, valid_values
 
 _CALL_KEYS = ("name", "function", "i", "u", "d")
 # Qwen-Agent's function-call markers, as the official agent matches them (agent.py).
@@ -60,8 +58,8 @@ def parse_calls(text: str) -> ParseResult:
 
     Hostile replies are counted as failed, not raised: numbers too long for Python's int
     conversion limit and nesting deeper than the recursion limit (`ValueError`,
-    `RecursionError`), spans longer than `MAX_REPAIR_CHARS` (not repaired: the repair is
-    slower than linear); strings are made valid UTF-8 before anything uses them.
+    `RecursionError`), spans beyond what the reply's `RepairBudget` has left (not repaired:
+    the repair is slower than linear); strings are made valid UTF-8 before anything uses them.
     """
     try:
         return _parse(valid_text(text))
@@ -70,8 +68,9 @@ def parse_calls(text: str) -> ParseResult:
 
 
 def _parse(text: str) -> ParseResult:
-    official, text = _official_calls(text)
-    values = [(valid_values(v), r) for v, r in [*official, *_json_values(text)]]
+    budget = RepairBudget()
+    official, text = _official_calls(text, budget)
+    values = [(valid_values(v), r) for v, r in [*official, *_json_values(text, budget)]]
     repaired = any(r for _, r in values)
     objects = [o for value, _ in values for o in _flatten(value)]
     if not any(_call_shaped(o) for o in objects):
@@ -81,7 +80,7 @@ def _parse(text: str) -> ParseResult:
     return ParseResult([call_from_object(o) for o in objects], failed=False, repaired=repaired)
 
 
-def _official_calls(text: str) -> tuple[list[tuple[object, bool]], str]:
+def _official_calls(text: str, budget: RepairBudget) -> tuple[list[tuple[object, bool]], str]:
     """The `✿FUNCTION✿` calls in `text` as `{"name", "arguments"}` objects, each with whether
     its arguments needed repair, and the text without them (what other formats may hold)."""
     text = text.split(FN_RESULT)[0]
@@ -92,25 +91,20 @@ def _official_calls(text: str) -> tuple[list[tuple[object, bool]], str]:
         raw = match.group(2).strip()
         if raw.startswith("{") and raw.rfind("}") > 0:
             raw = raw[: raw.rfind("}") + 1]  # a trailing comment, as the official agent drops
-        arguments, repaired = _arguments(raw)
+        arguments, repaired = _arguments(raw, budget)
         calls.append(({"name": match.group(1).strip(), "arguments": arguments}, repaired))
     rest = text[: text.find(FN_NAME)]
     return calls, rest
 
 
-def _arguments(raw: str) -> tuple[object, bool]:
+def _arguments(raw: str, budget: RepairBudget) -> tuple[object, bool]:
     """A call's arguments text as an object (repaired if need be); `{}` when unreadable, so
     the call fails on its missing arguments instead of vanishing."""
     try:
         return json.loads(raw), False
     except (ValueError, RecursionError):
         pass
-    if not raw or len(raw) > MAX_REPAIR_CHARS:
-        return {}, True
-    try:
-        value = json_repair.loads(raw)
-    except Exception:  # json_repair's own failures on hostile input must not escape
-        return {}, True
+    value = budget.repair(raw)
     return (value if isinstance(value, dict) else {}), True
 
 
@@ -128,7 +122,7 @@ def _flatten(value: object) -> list[object]:
     return [value]
 
 
-def _json_values(text: str) -> list[tuple[object, bool]]:
+def _json_values(text: str, budget: RepairBudget) -> list[tuple[object, bool]]:
     """JSON lists and objects in `text`, each with whether it needed repair."""
     text = text.strip()
     try:
@@ -144,12 +138,7 @@ def _json_values(text: str) -> list[tuple[object, bool]]:
             continue
         except (ValueError, RecursionError):
             pass
-        if len(span) > MAX_REPAIR_CHARS:
-            continue
-        try:
-            value = json_repair.loads(span)
-        except Exception:  # json_repair's own failures on hostile input must not escape
-            continue
+        value = budget.repair(span)
         if isinstance(value, list | dict):
             values.append((value, True))
     return values

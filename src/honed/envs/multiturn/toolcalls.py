@@ -23,9 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-import json_repair
-
-from honed.text import MAX_REPAIR_CHARS, valid_text, valid_values
+from honed.text import RepairBudget, valid_text, valid_values
 
 ToolFormat = Literal["hermes", "llama3_json"]
 TOOL_FORMATS: tuple[str, ...] = get_args(ToolFormat)
@@ -83,8 +81,9 @@ def _parse_hermes(text: str) -> ParsedTurn:
     blocks = list(_HERMES_BLOCK.finditer(text))
     content = _HERMES_BLOCK.sub("", text).replace("</tool_call>", "").strip()
     turn = ParsedTurn(content)
+    budget = RepairBudget()
     for block in blocks:
-        _read_calls(block.group(1).strip(), turn)
+        _read_calls(block.group(1).strip(), turn, budget)
     return turn
 
 
@@ -101,7 +100,7 @@ def _parse_llama3_json(text: str) -> ParsedTurn:
     for value in values:
         _add_calls(value, turn, repaired=False)
     if rest:
-        _read_calls(rest, turn)
+        _read_calls(rest, turn, RepairBudget())
     return turn
 
 
@@ -123,27 +122,23 @@ def _json_sequence(body: str) -> tuple[list[Any], str]:
     return values, body[position:].strip()
 
 
-def _read_calls(body: str, turn: ParsedTurn) -> None:
-    """Add the call(s) written in `body` to `turn`, repairing broken JSON if needed."""
+def _read_calls(body: str, turn: ParsedTurn, budget: RepairBudget) -> None:
+    """Add the call(s) written in `body` to `turn`, repairing broken JSON if needed (within
+    the reply's `budget`)."""
     try:
         _add_calls(valid_values(json.loads(body)), turn, repaired=False)
         return
     except (ValueError, RecursionError):
         pass
-    value = _repair(body)
+    value = _repair(body, budget)
     if value is None:
         turn.errors.append(_unreadable(body, "it is not valid JSON"))
         return
     _add_calls(value, turn, repaired=True)
 
 
-def _repair(body: str) -> Any:
-    if not body or len(body) > MAX_REPAIR_CHARS:
-        return None
-    try:
-        value = json_repair.loads(body)
-    except Exception:  # json_repair's own failures on hostile input must not escape
-        return None
+def _repair(body: str, budget: RepairBudget) -> Any:
+    value = budget.repair(body)
     return valid_values(value) if isinstance(value, dict | list) and value else None
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from honed.envs.aio import Outcome, run_all
 from honed.errors import HonedError
+from honed.reach import ImportSpec
 from honed.types import Item
 from honed.user_code import load_object
 
@@ -141,7 +142,10 @@ class RewardSet:
                     f"reward_model, ...}}, got {spec!r}"
                 )
             spec = spec["function"]
-        fn = load_object(spec, "reward function") if isinstance(spec, str) else spec
+        if isinstance(spec, str):
+            fn = load_object(ImportSpec.named(spec, "reward function"), "reward function")
+        else:
+            fn = spec
         if not callable(fn):
             raise HonedError(f"{self.where}: reward function '{spec}' is not callable")
         name = name or getattr(fn, "__name__", None) or type(fn).__name__
@@ -156,7 +160,7 @@ class RewardSet:
                 f"{self.where}: unknown reward type {kind!r}; built-in types: "
                 + ", ".join(BUILTINS)
             )
-        cls = load_object(BUILTINS[kind], "reward type")
+        cls = load_object(ImportSpec.parse(BUILTINS[kind]), "reward type")
         try:
             fn = cls(where=f"{self.where}, reward '{name or kind}'", **spec)
         except TypeError as exc:

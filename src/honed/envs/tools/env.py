@@ -54,6 +54,7 @@ from honed.envs.tools.functions import load_tools
 from honed.envs.tools.report import episode_row, tool_report
 from honed.envs.tools.toolbox import ToolBox
 from honed.errors import HonedError, positive_int
+from honed.reach import ImportSpec
 from honed.text import valid_text
 from honed.types import Group, Item, Message, Prompt, Sample, Trajectory, derive_seed, prompt_text
 from honed.user_code import load_object
@@ -142,7 +143,7 @@ class ToolEnv(JsonlData):
         )
         self.baselines = {}
         for label, spec in self.baseline_specs.items():
-            fn = load_object(spec, "baseline")
+            fn = load_object(ImportSpec.named(spec, "baseline"), "baseline")
             if not callable(fn):
                 raise self._fail(f"baseline '{label}' ({spec}) is not callable")
             self.baselines[str(label)] = fn

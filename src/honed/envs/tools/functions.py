@@ -28,6 +28,7 @@ from typing import Any
 from transformers.utils import get_json_schema
 
 from honed.errors import HonedError
+from honed.reach import ImportSpec
 from honed.user_code import load_object
 
 # JSON-schema basic types and the Python values that satisfy them (bool is not a number here).
@@ -96,7 +97,7 @@ def load_tools(specs: Sequence[Any], where: str) -> list[Tool]:
         raise HonedError(f"{where}: tools must be a non-empty list of 'module:function' names")
     tools: list[Tool] = []
     for spec in specs:
-        fn = load_object(spec, "tool") if isinstance(spec, str) else spec
+        fn = load_object(ImportSpec.named(spec, "tool"), "tool") if isinstance(spec, str) else spec
         if not callable(fn):
             raise HonedError(f"{where}: tool '{spec}' is not callable")
         tool = Tool(fn, spec if isinstance(spec, str) else "")

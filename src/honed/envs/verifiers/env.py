@@ -41,6 +41,7 @@ from honed.envs.verifiers import messages as convert
 from honed.envs.verifiers.episodes import Run, Turns, run_policy
 from honed.envs.verifiers.loading import import_verifiers, load_environment
 from honed.errors import positive_int
+from honed.reach import ImportSpec
 from honed.types import Group, Item, Message, Prompt, Trajectory, prompt_text
 
 # Finished chat sessions kept for their scoring (by item and conversation); enough for any
@@ -64,7 +65,7 @@ class VerifiersEnv(JsonlData):
         name: str,
         seed: int = 0,
         *,
-        env: str,
+        env: ImportSpec | str,
         env_args: dict[str, Any] | None = None,
         test_fraction: float = 0.1,
         validation_fraction: float = 0.0,

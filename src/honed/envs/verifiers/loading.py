@@ -23,7 +23,9 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from honed.config import verifiers_import
 from honed.errors import HonedError
+from honed.reach import ImportSpec
 from honed.user_code import load_object
 
 INSTALL = "pip install 'honed[verifiers]'"
@@ -67,15 +69,7 @@ def import_verifiers() -> ModuleType:
     return verifiers
 
 
-def module_spec(env: str) -> str:
-    """What `load_object` imports `load_environment` from: a `.py` file as given, or the module
-    verifiers itself would import for an environment id (`owner/vf-name` -> `vf_name`)."""
-    if env.endswith(".py"):
-        return f"{env}:load_environment"
-    return f"{env.replace('-', '_').split('/')[-1]}:load_environment"
-
-
-def load_environment(where: str, env: str, env_args: dict[str, Any]) -> Any:
+def load_environment(where: str, env: ImportSpec | str, env_args: dict[str, Any]) -> Any:
     """The user's environment, built by its own `load_environment(**env_args)`.
 
     Its module not importable, no `load_environment`, or `load_environment` raising: one error
@@ -86,7 +80,10 @@ def load_environment(where: str, env: str, env_args: dict[str, Any]) -> Any:
     if not isinstance(env, str) or not env.strip():
         raise HonedError(f"{where}: env must name a package, module or .py file, got {env!r}")
     try:
-        factory = load_object(module_spec(env), "verifiers environment")
+        spec = env if isinstance(env, ImportSpec) else ImportSpec.parse(verifiers_import(env))
+        factory = load_object(spec, "verifiers environment")
+    except ValueError as exc:
+        raise HonedError(f"{where}: env: {exc}") from None
     except HonedError as exc:
         raise HonedError(f"{where}: {exc}") from exc
     if not callable(factory):
@@ -97,7 +94,7 @@ def load_environment(where: str, env: str, env_args: dict[str, Any]) -> Any:
             f"{where}: load_environment in '{env}' returned {type(built).__name__}, not a "
             "verifiers Environment"
         )
-    built.env_id = built.env_id or env
+    built.env_id = built.env_id or spec.target
     built.env_args = built.env_args or dict(env_args)
     check_driven(where, built, vf)
     return built
