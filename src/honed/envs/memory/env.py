@@ -48,6 +48,7 @@ from honed.envs.memory.report import memory_report
 from honed.envs.memory.retrieval import Chat, Reader, answer_scores_many, chat_model, make_reader
 from honed.envs.memory.rewards import (
     COMPRESSION_WEIGHT,
+    NO_CALL_CREDIT,
     VALIDITY_WEIGHT,
     ChunkOutcome,
     Judge,
@@ -176,7 +177,7 @@ class MemoryEnv:
     (0.05) and `validity_weight` (0.1), the weights of compression r3 and validity r4 in the
     chunk reward (Mem-α's beta and gamma, renamed because the trainer's `beta` is the KL
     coefficient; `beta` and `gamma` still work, with a deprecation warning), `compression_clip`
-    (None: a floor for r3), `no_call_credit` (1.0: r2/r4 of a clean empty reply), `reader`
+    (None: a floor for r3), `no_call_credit` (0.0, as the official code: r2/r4 of a clean empty reply), `reader`
     ("retrieval" | "llm", or `{type: llm, concurrency: N, chat: {...}}`: `retrieval.py`;
     "extract": `extractive.py`, one sentence chosen without the answer key),
     `judge` ("rule" | "llm"), `chat` (the chat model of the llm reader or
@@ -211,7 +212,7 @@ class MemoryEnv:
         compression_weight: float | None = None,
         validity_weight: float | None = None,
         compression_clip: float | None = None,
-        no_call_credit: float = 1.0,
+        no_call_credit: float = NO_CALL_CREDIT,
         reader: str | Mapping[str, Any] = "retrieval",
         judge: str = "rule",
         chat: Chat | Mapping[str, Any] | None = None,
