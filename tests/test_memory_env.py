@@ -72,8 +72,10 @@ def test_per_instance_grouping_rewards_each_chunk():
     assert all(len(t.segments) == 3 for t in group.trajectories)
 
     # Generation 0 keeps the two facts: "Ann lives in Oslo" (4 tokens) and "Day 3: Ann sang" (4).
+    # The skipped chatter chunk earns nothing on r2 and r4 (the official default).
     r3 = 1 - 8 / 14
-    expected = [1 + 1 + 0.05 * r3 + 0.1 * 1] * 3
+    wrote = 1 + 1 + 0.05 * r3 + 0.1 * 1
+    expected = [wrote, 1 + 0 + 0.05 * r3 + 0, wrote]
     assert [s.reward for s in good.segments] == pytest.approx(expected)
     assert good.reward == pytest.approx(sum(expected) / 3)
     assert good.success == 1.0
@@ -98,13 +100,32 @@ def test_per_instance_grouping_rewards_each_chunk():
 
 
 def test_trajectory_grouping_leaves_segment_rewards_unset():
-    env = MemoryEnv("memory", grouping="trajectory")
+    env = MemoryEnv("memory", grouping="trajectory", no_call_credit=1.0)
     (group,) = env.rollout([HAND], ScriptedGenerator(lambda p, s: "[]"), num_generations=3, seed=0)
     for t in group.trajectories:
         assert all(s.reward is None for s in t.segments)
-        # Nothing stored: r1 = 0, r2 = r4 = 1 (clean empty replies), r3 = 1.
+        # Nothing stored: r1 = 0, r2 = r4 = 1 (clean empty replies, as configured), r3 = 1.
         assert t.reward == pytest.approx(0 + 1 + 0.05 + 0.1)
         assert t.success == 0.0
+
+
+@pytest.mark.parametrize("grouping", ["instance", "trajectory"])
+def test_a_chunk_without_calls_earns_nothing_on_r2_and_r4_by_default(grouping):
+    """The official reward: a chunk without memory calls scores 0 on tool success and validity
+    (`generation.py` appends 0.0; the judge's mean over no calls is 0.0); 1 only when
+    `no_call_credit: 1` is configured."""
+    silent = ScriptedGenerator(lambda p, s: "[]")
+    (group,) = MemoryEnv("memory", grouping=grouping).rollout([HAND], silent, 2, seed=0)
+    for t in group.trajectories:
+        assert t.components["tool_success"] == 0.0 and t.components["validity"] == 0.0
+        # r1 = 0 (nothing stored), r3 = 1: only the compression term is left
+        assert t.reward == pytest.approx(0.05)
+        assert t.info["chunk_rewards"] == pytest.approx([0.05] * 3)
+    configured = MemoryEnv("memory", grouping=grouping, no_call_credit=1.0)
+    (group,) = configured.rollout([HAND], silent, 2, seed=0)
+    for t in group.trajectories:
+        assert t.components["tool_success"] == 1.0 and t.components["validity"] == 1.0
+        assert t.info["chunk_rewards"] == pytest.approx([1.15] * 3)
 
 
 def test_items_of_different_lengths_are_batched_together():
@@ -117,7 +138,8 @@ def test_items_of_different_lengths_are_batched_together():
 
 
 def test_following_the_reference_scores_full_accuracy_at_a_fraction_of_the_tokens():
-    env = MemoryEnv("memory", test_size=4)
+    # no_call_credit 1: the reference skips chatter chunks, and every call it makes succeeds
+    env = MemoryEnv("memory", test_size=4, no_call_credit=1.0)
     items = env.items("test")
     targets = dict(pair for item in items for pair in env.sft_examples(item))
     groups = env.rollout(
@@ -196,7 +218,9 @@ def test_jsonl_path_feeds_items_without_a_reference(tmp_path):
 
 
 def test_quoting_reference_builds_the_same_memory_as_writing_the_text_out():
-    written, quoted = MemoryEnv("memory", test_size=4), MemoryEnv("memory", test_size=4, quote=True)
+    # no_call_credit 1: the reference skips chatter chunks (tool success then counts failures)
+    written = MemoryEnv("memory", test_size=4, no_call_credit=1.0)
+    quoted = MemoryEnv("memory", test_size=4, quote=True, no_call_credit=1.0)
     items = written.items("test")
     quoted_targets = dict(pair for item in items for pair in quoted.sft_examples(item))
     assert any('"c":1' in t or '"c":2' in t for t in quoted_targets.values())

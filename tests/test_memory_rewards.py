@@ -21,19 +21,23 @@ OK, FAIL = ToolResult(True, "ok"), ToolResult(False, "no")
 def test_tool_success_is_the_share_of_successful_calls():
     assert tool_success(ChunkOutcome(False, [OK, FAIL, OK, OK])) == 0.75
     assert tool_success(ChunkOutcome(False, [FAIL])) == 0.0
-    # A clean empty reply earns the no-call credit; an unparsable one earns nothing.
-    assert tool_success(ChunkOutcome(False, [])) == 1.0
-    assert tool_success(ChunkOutcome(False, []), no_call_credit=0.0) == 0.0
-    assert tool_success(ChunkOutcome(True, [])) == 0.0
+    # A clean empty reply earns the no-call credit: 0 by default, as the official code; 1 only
+    # when configured. An unparsable one earns nothing either way.
+    assert tool_success(ChunkOutcome(False, [])) == 0.0
+    assert tool_success(ChunkOutcome(False, []), no_call_credit=1.0) == 1.0
+    assert tool_success(ChunkOutcome(True, []), no_call_credit=1.0) == 0.0
 
 
 def test_validity_is_the_mean_verdict_on_writes():
     assert validity(ChunkOutcome(False, [OK, OK], [1.0, 0.0])) == 0.5
     assert validity(ChunkOutcome(False, [OK, FAIL], [1.0])) == 1.0  # the failure costs r2, not r4
     assert validity(ChunkOutcome(False, [FAIL], [])) == 0.0
-    assert validity(ChunkOutcome(False, [OK], [])) == 1.0  # only a delete: nothing invalid written
-    assert validity(ChunkOutcome(False, [])) == 1.0
-    assert validity(ChunkOutcome(True, [])) == 0.0
+    # only a delete: nothing judged, as a chunk without calls (the official judge scores it 0)
+    assert validity(ChunkOutcome(False, [OK], [])) == 0.0
+    assert validity(ChunkOutcome(False, [OK], []), no_call_credit=1.0) == 1.0
+    assert validity(ChunkOutcome(False, [])) == 0.0
+    assert validity(ChunkOutcome(False, []), no_call_credit=1.0) == 1.0
+    assert validity(ChunkOutcome(True, []), no_call_credit=1.0) == 0.0
 
 
 def test_compression_may_go_negative_unless_clipped():

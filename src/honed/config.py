@@ -384,6 +384,13 @@ class TrainerConfig(Strict):
         "loses β·Σ (log π_old − log π_ref) over its tokens before advantages (the PPO-RLHF "
         "way); needs `beta` > 0.",
     )
+    log_reference_kl: bool = Field(
+        False,
+        description="Log `kl/reference` each step: the mean per-token log π_old − log π_ref "
+        "of the step's sampled tokens, an estimate of KL(π ‖ π_ref) to the policy GRPO started "
+        "from (after any warm-start); loads the reference even when `beta` is 0 (one more "
+        "forward pass of the policy and of the reference per step).",
+    )
     importance_sampling_cap: float = Field(
         2.0,
         ge=1,

@@ -164,6 +164,26 @@ def unit_signal(
     return rewards
 
 
+def labelled_advantages(groups: list[Group], advantages: list[list[float]]) -> dict[str, float]:
+    """`advantage/<env>/<label>`: the mean advantage per labelled thing, for environments that
+    label what each segment did (`Trajectory.info["segment_labels"]`: per segment, a mapping
+    of label to count, e.g. the memory agent's `answering_writes`). A segment's advantage is
+    its reward unit's (`advantages`, per group and unit, as `prepare` computes them) and counts
+    once per labelled thing: a chunk with two answering writes weighs twice."""
+    totals: dict[str, list[float]] = {}
+    for group, unit_advantages in zip(groups, advantages, strict=True):
+        for a, members in zip(unit_advantages, group_units(group).members, strict=True):
+            for ti, si in members:
+                labels = group.trajectories[ti].info.get("segment_labels")
+                if not labels:
+                    continue
+                for label, count in labels[si].items():
+                    total = totals.setdefault(f"advantage/{group.env}/{label}", [0.0, 0.0])
+                    total[0] += a * count
+                    total[1] += count
+    return {key: value / count for key, (value, count) in totals.items() if count}
+
+
 def _fixed_mean(values: list[float], mask: list[int]) -> float:
     kept = [v for v, m in zip(values, mask, strict=True) if m]
     return sum(kept) / len(kept) if kept else 0.0

@@ -45,7 +45,14 @@ from honed.rewards import NormalizerSet
 from honed.rl.counts import RolloutCounts
 from honed.rl.evaluate import evaluate
 from honed.rl.nonfinite import NonFinite, check_advantages, check_rollouts, check_weights
-from honed.rl.prepare import Penalties, Prepared, prepare, reward_penalties, zero_spread
+from honed.rl.prepare import (
+    Penalties,
+    Prepared,
+    labelled_advantages,
+    prepare,
+    reward_penalties,
+    zero_spread,
+)
 from honed.rl.rollout_log import step_record
 from honed.rl.schedule import apply_optimizer_settings, build_lr_scheduler, build_optimizer
 from honed.rl.sft import run_sft
@@ -222,9 +229,9 @@ class GRPOTrainer:
 
     def _reference(self, resumed: bool) -> torch.nn.Module | AdapterFreeReference | None:
         """A frozen copy of the policy GRPO started from (with LoRA, the policy's own model
-        with its adapters off); none at all when beta is 0. Built before the policy trains
+        with its adapters off); none at all when beta is 0 (unless `log_reference_kl`). Built before the policy trains
         (or is sharded): a fresh run copies it, a resumed one builds the model again."""
-        if self.config.trainer.beta == 0:
+        if self.config.trainer.beta == 0 and not self.config.trainer.log_reference_kl:
             return None
         if self.policy.has_adapters:
             return AdapterFreeReference(self.policy.model)
@@ -540,6 +547,15 @@ class GRPOTrainer:
             self.sharded,
         )
 
+    def _reference_kl(self, groups: list[Group]) -> dict[str, float]:
+        """`kl/reference`: the mean per-token log π_old − log π_ref of the step's sampled
+        tokens, before the update (`log_reference_kl`)."""
+        per_token = self.config.trainer.model_copy(update={"beta": 1.0})
+        penalties = reward_penalties(
+            self.policy, self.update.reference, groups, per_token, self.learners, self.sharded
+        )
+        return {"kl/reference": _reward_kl(groups, list(penalties), 1.0)["kl"]}
+
     def _with_spread(self, pool: list[RolledGroup], penalties: list[Penalties | None]) -> list[int]:
         """Indices of the groups of `pool` whose signal has spread."""
         groups = [r.group for r in pool]
@@ -583,6 +599,9 @@ class GRPOTrainer:
         prepared = prepare(groups, self.config.trainer, self.normalize, off_policy, penalties)
         check_advantages(groups, prepared.advantages)
         metrics.update(prepared.metrics)
+        metrics.update(labelled_advantages(groups, prepared.advantages))
+        if self.config.trainer.log_reference_kl:
+            metrics.update(self._reference_kl(groups))
         update_started = time.perf_counter()
         if prepared.sequences:
             mine = self.learners.shard(len(groups))  # whole groups per learner process

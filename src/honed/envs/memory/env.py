@@ -31,6 +31,7 @@ from typing import Any
 from honed.envs.base import Generator, Table
 from honed.envs.memory import baselines, paperdata
 from honed.envs.memory.data import DataSpec, Instance, generate
+from honed.envs.memory.diagnostics import CallRecord, memory_step_metrics, segment_labels
 from honed.envs.memory.extractive import ExtractiveReader
 from honed.envs.memory.formats import CHUNK_TOKENS, load_data
 from honed.envs.memory.parsing import parse_calls
@@ -48,6 +49,7 @@ from honed.envs.memory.report import memory_report
 from honed.envs.memory.retrieval import Chat, Reader, answer_scores_many, chat_model, make_reader
 from honed.envs.memory.rewards import (
     COMPRESSION_WEIGHT,
+    NO_CALL_CREDIT,
     VALIDITY_WEIGHT,
     ChunkOutcome,
     Judge,
@@ -164,6 +166,7 @@ class _Run:
     prompts: list[str] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
     outcomes: list[ChunkOutcome] = field(default_factory=list)
+    calls: list[list[CallRecord]] = field(default_factory=list)  # per chunk, for diagnostics
     log: list[str] = field(default_factory=list)
     # per chunk: the chunk, the reply with its calls, the results and the memory after it
     turns: list[dict[str, Any]] = field(default_factory=list)
@@ -176,7 +179,7 @@ class MemoryEnv:
     (0.05) and `validity_weight` (0.1), the weights of compression r3 and validity r4 in the
     chunk reward (Mem-α's beta and gamma, renamed because the trainer's `beta` is the KL
     coefficient; `beta` and `gamma` still work, with a deprecation warning), `compression_clip`
-    (None: a floor for r3), `no_call_credit` (1.0: r2/r4 of a clean empty reply), `reader`
+    (None: a floor for r3), `no_call_credit` (0.0, as the official code: r2/r4 of a clean empty reply), `reader`
     ("retrieval" | "llm", or `{type: llm, concurrency: N, chat: {...}}`: `retrieval.py`;
     "extract": `extractive.py`, one sentence chosen without the answer key),
     `judge` ("rule" | "llm"), `chat` (the chat model of the llm reader or
@@ -211,7 +214,7 @@ class MemoryEnv:
         compression_weight: float | None = None,
         validity_weight: float | None = None,
         compression_clip: float | None = None,
-        no_call_credit: float = 1.0,
+        no_call_credit: float = NO_CALL_CREDIT,
         reader: str | Mapping[str, Any] = "retrieval",
         judge: str = "rule",
         chat: Chat | Mapping[str, Any] | None = None,
@@ -431,22 +434,29 @@ class MemoryEnv:
         """Run one chunk's reply against the rollout's memory and judge what it wrote."""
         parsed = parse_calls(text)
         outcome = ChunkOutcome(parse_failed=parsed.failed)
+        records: list[CallRecord] = []
         sentences = chunk_sentences(chunk)
         for call in parsed.calls:
             resolved = resolve_quote(call, sentences)
             if isinstance(resolved, str):
                 outcome.results.append(ToolResult(False, resolved))
+                records.append(CallRecord(None, False))
                 continue
             call = resolved
             result = execute(run.memory, call)
             outcome.results.append(result)
+            record = CallRecord(result.store, result.ok)
             if result.ok and call.name != DELETE and result.written is not None:
                 others = run.memory.others(result.store, result.memory_id)
                 verdict = self.judge.validity(result.store, result.written, others)
+                record.wrote, record.verdict = True, verdict
+                record.memory_id, record.content = result.memory_id, result.written
                 if verdict is None:
                     outcome.judge_errors += 1
                 else:
                     outcome.verdicts.append(verdict)
+            records.append(record)
+        run.calls.append(records)
         run.prompts.append(prompt)
         run.segments.append(segment)
         run.outcomes.append(outcome)
@@ -508,8 +518,16 @@ class MemoryEnv:
                 "chunk_rewards": rewards,
                 "answers": scores,
                 "turns": run.turns,
+                "calls": [[c.to_dict() for c in chunk] for chunk in run.calls],
+                "store_tokens": run.memory.store_tokens(),
+                "segment_labels": segment_labels(run.calls, run.memory, inst.questions, scores),
             },
         )
+
+    def step_metrics(self, groups: Sequence[Group]) -> dict[str, float]:
+        """Per-store tool success, validity, writes and tokens, and the share of chunk
+        positions whose rewards spread (`diagnostics.py`)."""
+        return memory_step_metrics(self.name, groups)
 
     # -- reference solution ----------------------------------------------------------------
 

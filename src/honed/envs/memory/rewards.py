@@ -8,11 +8,13 @@
 - r4_t, validity: the judge's mean verdict on what chunk t wrote (successful inserts and
   updates; deletes write nothing and are not judged).
 
-Deviation from the official code, on purpose: there a chunk with no calls scores 0 on r2 and
-r4, which pays the agent to write something for every chunk, chatter included, and fights the
-compression the task is about. Here a well-formed empty reply (`[]`) earns `no_call_credit`
-(default 1: nothing failed, nothing invalid was written), while a reply that cannot be parsed
-scores 0 on both. A chunk whose calls all failed gets r4 = 0.
+A chunk without calls scores `no_call_credit` on r2 and r4: 0 by default, as in the official
+code (`generation.py`: no function call, reward 0.0; the judge's mean over no calls is 0.0).
+`no_call_credit: 1` is honed's earlier deviation, kept as an option: a well-formed empty reply
+(`[]`, nothing failed, nothing invalid written) then earns full marks, so the agent is not paid
+to write chatter; on a small policy it also pays silence more than imperfect writes
+(docs/memory.md). A reply that cannot be parsed scores 0 on both either way, and a chunk whose
+calls all failed gets r4 = 0.
 
 An LLM judge's reply is parsed strictly (`parse_verdict`): "Not valid." and `{"VALID": false}`
 are INVALID, and a reply that gives no verdict (empty, a refusal, an unfinished `<think>`,
@@ -209,6 +211,10 @@ def make_judge(kind: str, chat: Chat | None = None) -> Judge:
     )
 
 
+# r2 and r4 of a chunk without calls: 0, as in the official code (the module docstring)
+NO_CALL_CREDIT = 0.0
+
+
 @dataclass
 class ChunkOutcome:
     """What one chunk's reply did: whether it parsed, each call's result, each write's verdict,
@@ -220,7 +226,7 @@ class ChunkOutcome:
     judge_errors: int = 0
 
 
-def tool_success(outcome: ChunkOutcome, no_call_credit: float = 1.0) -> float:
+def tool_success(outcome: ChunkOutcome, no_call_credit: float = NO_CALL_CREDIT) -> float:
     """r2_t: the share of the chunk's calls that succeeded (see the module docstring for none)."""
     if outcome.parse_failed:
         return 0.0
@@ -229,7 +235,7 @@ def tool_success(outcome: ChunkOutcome, no_call_credit: float = 1.0) -> float:
     return sum(r.ok for r in outcome.results) / len(outcome.results)
 
 
-def validity(outcome: ChunkOutcome, no_call_credit: float = 1.0) -> float:
+def validity(outcome: ChunkOutcome, no_call_credit: float = NO_CALL_CREDIT) -> float:
     """r4_t: the mean verdict on the chunk's writes (see the module docstring for none)."""
     if outcome.verdicts:
         return sum(outcome.verdicts) / len(outcome.verdicts)

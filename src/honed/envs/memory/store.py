@@ -163,6 +163,13 @@ class Memory:
         """Tokens held in memory (texts only; ids are addressing, not content)."""
         return sum(self.count(t) for t in self.texts())
 
+    def store_tokens(self) -> dict[str, int]:
+        """Tokens held in each store."""
+        return {
+            CORE: self.count(self.core) if self.core else 0,
+            **{store: sum(self.count(t) for t in self.entries[store].values()) for store in LISTS},
+        }
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "core": self.core,
