@@ -9,7 +9,7 @@ import sys
 import traceback
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from honed import __version__
 from honed.config import Config, load_config, load_model
@@ -329,12 +329,18 @@ def _add_skills_parser(sub: argparse._SubParsersAction) -> None:
     _add_show_config_parser(group, "skills", "honed skills train")
 
 
-def resolve_run_dir(args: argparse.Namespace, config: Config | SkillsConfig) -> RunDir:
+RunT = TypeVar("RunT", bound=RunDir)
+
+
+def resolve_run_dir(
+    args: argparse.Namespace, config: Config | SkillsConfig, kind: type[RunT] = RunDir
+) -> RunT:
+    """The run directory (`kind`: GRPO's or the skill loop's) the command line or config names."""
     if args.run_dir:
-        return RunDir(args.run_dir)
+        return kind(args.run_dir)
     if config.run_dir:
-        return RunDir(config.run_dir)
-    return RunDir(Path("runs") / Path(args.config).stem)
+        return kind(config.run_dir)
+    return kind(Path("runs") / Path(args.config).stem)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -629,7 +635,7 @@ def cmd_skills_train(args: argparse.Namespace) -> int:
     from honed.skills.trainer import SkillTrainer
 
     config = load_skills_config(args.config, args.override)
-    run = SkillRunDir(resolve_run_dir(args, config).path)
+    run = resolve_run_dir(args, config, SkillRunDir)
     if args.dry_run:
         return skills_dry_run(config, run)
     if run.holds_run() and not (args.resume or args.overwrite):
