@@ -276,7 +276,8 @@ OUTSIDE_RUNS = {
     "config_reference.py": "the README's configuration reference (a developer tool)",
 }
 DIRECT = re.compile(
-    r"shutil\.(rmtree|copy2?|move)\(|\.unlink\(|os\.(remove|unlink|rmdir)\(|\.write_(text|bytes)\("
+    r"shutil\.(rmtree|copy2?|move)\(|\.unlink\(|os\.(remove|unlink|rmdir|replace|rename)\("
+    r"|\.rename\(|\.write_(text|bytes)\("
     r"|\.open\(\s*\"[wa]|\bopen\((?![^)]*opener=)[^)]*\"[wa]"
 )
 

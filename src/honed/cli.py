@@ -753,7 +753,7 @@ def cmd_skills_eval(args: argparse.Namespace) -> int:
             SkillsConfig, run.config_path, args.override, args.trust_run_config, reporter.note
         )
     skill = SkillDocument.load(run_file_argument(args.skill))
-    cache = RolloutCache(run.cache_path if run is not None else None)
+    cache = RolloutCache(run.claim(run.cache_path) if run is not None else None)
     num_items = args.num_items or config.eval.num_items
     results = evaluate_skill(config, skill, args.split, num_items, cache, reporter)
     if run is not None:

@@ -203,12 +203,20 @@ class RunDir:
             for name in sorted(os.listdir(path)):
                 self._list(manifest, path / name)
 
+    def owns(self, rel: str) -> bool:
+        """Whether honed wrote `rel`, asking the file again before saying no (another
+        `RunDir` of this process, or a learner process, may have listed it since)."""
+        if self.manifest.owns(rel):
+            return True
+        self._manifest = Manifest.load(self.path) or self._manifest
+        return self.manifest.owns(rel)
+
     def claim(self, path: Path, tree: bool = False) -> Path:
         """`path`, which honed is about to write (a file, or with `tree` a folder built whole
         or by a library), listed in the manifest first; refused when something honed did not
         write is there, or a link is on the way."""
         rel = self.relative(path)
-        if os.path.lexists(path) and not self.manifest.owns(rel):
+        if os.path.lexists(path) and not self.owns(rel):
             raise HonedError(
                 f"{path} was not written by honed (it is not listed in {self.path / MANIFEST}); "
                 "honed writes over and deletes only what it wrote: move it away"
@@ -230,12 +238,12 @@ class RunDir:
             mode = os.lstat(path).st_mode
         except FileNotFoundError:
             return
-        manifest = self.manifest
-        if not manifest.owns(rel):
+        if not self.owns(rel):
             raise HonedError(
                 f"{path} was not written by honed (it is not listed in {self.path / MANIFEST}); "
                 "honed deletes only what it wrote: move it away"
             )
+        manifest = self.manifest
         if stat.S_ISDIR(mode) and rel not in manifest.trees and not manifest.in_tree(rel):
             for name in sorted(os.listdir(path)):
                 self._plan_removal(path / name, plan)
@@ -249,7 +257,7 @@ class RunDir:
             return
         self.check()
         for name in sorted(os.listdir(self.path)):
-            if name != MANIFEST and self.manifest.owns(name):
+            if name != MANIFEST and self.owns(name):
                 self.remove(self.path / name)
 
     def write_config(self, text: str) -> None:
