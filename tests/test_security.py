@@ -92,9 +92,9 @@ def test_a_skill_run_whose_steps_link_outside_deletes_nothing(tmp_path):
     run = SkillRunDir(tmp_path / "run")
     run.path.mkdir()
     (run.path / "steps").symlink_to("..")
-    with pytest.raises(HonedError, match=r"steps leads outside the run directory"):
+    with pytest.raises(HonedError, match=r"run/steps is a symbolic link \(to \.\.\)"):
         run.discard_after(step=1, versions=0, epochs_closed=0)
-    with pytest.raises(HonedError, match="leads outside"):
+    with pytest.raises(HonedError, match="is a symbolic link"):
         run.discard_progress()
     assert (sibling / "keep").is_dir()
 
@@ -107,10 +107,11 @@ def test_a_shared_best_skill_linked_to_a_private_file_is_never_read(tmp_path):
     run = SkillRunDir(tmp_path / "run")
     run.path.mkdir()
     (run.path / "best_skill.md").symlink_to(secret)
-    with pytest.raises(HonedError, match=r"best_skill\.md leads outside"):
+    with pytest.raises(HonedError, match=r"best_skill\.md is a symbolic link"):
         run.best_path.read_text()
-    with pytest.raises(HonedError, match=r"best_skill\.md leads outside"):
+    with pytest.raises(HonedError, match=r"best_skill\.md is a symbolic link"):
         run.create()  # refused before anything is written
+    assert sorted(p.name for p in run.path.iterdir()) == ["best_skill.md"]
 
 
 def test_a_grpo_resume_does_not_write_through_a_link_out_of_the_run(tmp_path, capsys):
@@ -122,25 +123,28 @@ def test_a_grpo_resume_does_not_write_through_a_link_out_of_the_run(tmp_path, ca
     plot.unlink()
     plot.symlink_to(victim)
     code, err = _train(tmp_path, capsys, "-o", "trainer.max_steps=2", "--resume")
-    assert code == 2 and len(err) == 1 and "reward.png leads outside the run directory" in err[0]
+    assert code == 2 and len(err) == 1 and "reward.png is a symbolic link" in err[0]
     assert victim.read_text() == "untouched"
 
 
-def test_a_checkpoint_linked_from_outside_is_not_loaded_and_links_inside_are_fine(tmp_path):
+def test_a_checkpoint_that_is_a_link_is_refused_in_or_out_of_the_run(tmp_path):
+    """Links below a run's root are never followed, even to a neighbouring step: honed writes
+    none, so one there is someone else's."""
     from honed.runs.rundir import RunDir
 
     run = RunDir(tmp_path / "run")
     (run.path / "checkpoints" / "step_1").mkdir(parents=True)
     (run.path / "checkpoints" / "step_1" / "trainer_state.pt").write_bytes(b"")
-    (run.path / "checkpoints" / "step_2").symlink_to("step_1")  # inside: allowed
-    assert [step for step, _ in run.step_checkpoints()] == [1, 2]
-    run.prune(keep_last=1)  # removes step_1 itself; the link step_2 now dangles
+    assert [step for step, _ in run.step_checkpoints()] == [1]
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     (outside / "trainer_state.pt").write_bytes(b"")
-    (run.path / "checkpoints" / "step_3").symlink_to(outside)
-    with pytest.raises(HonedError, match=r"step_3/trainer_state\.pt leads outside"):
-        run.latest_checkpoint()
+    for target in ("step_1", outside):
+        link = run.path / "checkpoints" / "step_2"
+        link.symlink_to(target)
+        with pytest.raises(HonedError, match=r"checkpoints/step_2 is a symbolic link"):
+            run.latest_checkpoint()
+        link.unlink()
     assert (outside / "trainer_state.pt").exists()
 
 

@@ -5,25 +5,32 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import traceback
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from honed import __version__
 from honed.config import Config, load_config, load_model
 from honed.errors import HonedDeprecationWarning, HonedError
 from honed.models.sources import is_checkpoint
 from honed.runs import run_state
-from honed.runs.files import atomic_write_dir, atomic_write_json
+from honed.runs.files import (
+    atomic_write_dir,
+    atomic_write_json,
+    check_tree,
+    confined,
+    copy_file,
+    read_text,
+    run_file_argument,
+)
 from honed.runs.lifecycle import RunInterrupted
 from honed.runs.progress import Reporter
 from honed.runs.rundir import STATE_FILE, RunDir
 from honed.runs.trust import load_run_config
 from honed.text import redact
-from honed.yaml_data import read_yaml
+from honed.yaml_data import load_yaml
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -323,12 +330,18 @@ def _add_skills_parser(sub: argparse._SubParsersAction) -> None:
     _add_show_config_parser(group, "skills", "honed skills train")
 
 
-def resolve_run_dir(args: argparse.Namespace, config: Config | SkillsConfig) -> RunDir:
+RunT = TypeVar("RunT", bound=RunDir)
+
+
+def resolve_run_dir(
+    args: argparse.Namespace, config: Config | SkillsConfig, kind: type[RunT] = RunDir
+) -> RunT:
+    """The run directory (`kind`: GRPO's or the skill loop's) the command line or config names."""
     if args.run_dir:
-        return RunDir(args.run_dir)
+        return kind(args.run_dir)
     if config.run_dir:
-        return RunDir(config.run_dir)
-    return RunDir(Path("runs") / Path(args.config).stem)
+        return kind(config.run_dir)
+    return kind(Path("runs") / Path(args.config).stem)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -355,10 +368,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             f"{run.path} already holds a run; pass --resume to continue it, --overwrite to "
             "replace it, or --run-dir to start another"
         )
-    if args.overwrite and run.path.exists() and main_process:
-        shutil.rmtree(run.path)
+    if args.overwrite and main_process:
+        run.clear()  # what honed wrote there; nothing else
     reporter = Reporter(enabled=not args.quiet and config.logging.progress and main_process)
-    reporter.note(f"run directory: {run.path}")
+    reporter.note(f"run directory: {run.describe()}")
     trainer = GRPOTrainer(config, run, reporter)
     summary = trainer.train(resume=args.resume)
     start = "warm-start" if config.sft.steps else "untrained"
@@ -432,14 +445,15 @@ def cmd_sft(args: argparse.Namespace) -> int:
     if run.warmstart.exists():
         if not args.overwrite:
             raise HonedError(f"{run.warmstart} exists; pass --overwrite to train it again")
-        shutil.rmtree(run.warmstart)
+        run.remove(run.warmstart)
     reporter = Reporter(enabled=not args.quiet and config.logging.progress)
     trainer = GRPOTrainer(config, run, reporter)
     run.create()
     trainer.policy = trainer.warm_start()
     results = trainer.evaluate_policy()
     atomic_write_json(
-        run.file("warmstart_eval.json"), {"warmstart": trainer.warmstart, "eval": results}
+        run.claim(run.file("warmstart_eval.json")),
+        {"warmstart": trainer.warmstart, "eval": results},
     )
     reporter.values(f"warm-start, {config.eval.split} split", {**trainer.warmstart, **results})
     reporter.note(f"checkpoint: {run.warmstart}")
@@ -462,6 +476,8 @@ def _checkpoint_and_run(path: Path) -> tuple[Path, RunDir | None]:
     if is_checkpoint(path):
         parent = RunDir(path.parent.parent)
         in_run = path.parent.name == "checkpoints" and parent.config_path.is_file()
+        if in_run:
+            confined(parent.path, parent.path / "checkpoints" / path.name)
         return path, parent if in_run else None
     raise HonedError(f"{path} is neither a run directory nor a model checkpoint")
 
@@ -482,7 +498,7 @@ def _eval_config_and_out(
     if args.out:
         return config, Path(args.out)
     if run is not None:
-        return config, run.file("eval", f"{checkpoint.name}_{args.split}.json")
+        return config, run.claim(run.file("eval", f"{checkpoint.name}_{args.split}.json"))
     raise HonedError(f"{checkpoint} is outside a run directory: pass --out FILE for the result")
 
 
@@ -497,6 +513,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     reporter = Reporter(enabled=not args.quiet)
     config, out = _eval_config_and_out(args, checkpoint, run, reporter)
     envs = build_envs(config)
+    check_tree(checkpoint)
     policy = Policy.from_checkpoint(checkpoint, config.policy, config.seed)
     num_items = args.num_items or config.eval.num_items
     with reporter.status(f"evaluating {checkpoint} on {args.split}"):
@@ -548,6 +565,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise HonedError(f"{path} is neither a model checkpoint nor a run with a checkpoint")
     if out.exists() and not args.overwrite:
         raise HonedError(f"{out} exists; pass --overwrite to replace it")
+    check_tree(checkpoint)  # a link inside would be copied, content and all, into the export
     if is_adapter_dir(checkpoint):
         _export_merged(checkpoint, out)
         print(f"exported {checkpoint} to {out}, its LoRA adapter merged into the base model")
@@ -556,7 +574,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     def write(folder: Path) -> None:
         for f in files:
-            shutil.copy2(f, folder / f.name)
+            copy_file(f, folder / f.name)
 
     atomic_write_dir(out, write)
     print(f"exported {checkpoint} to {out} ({len(files)} files)")
@@ -579,7 +597,7 @@ def _export_merged(checkpoint: Path, out: Path) -> None:
             f"{checkpoint} holds a LoRA adapter outside a run directory: its base model is "
             "named in the run's config.yaml; export from the run instead"
         )
-    data = read_yaml(run.config_path) or {}
+    data = load_yaml(read_text(run.config_path), str(run.config_path)) or {}
     try:
         settings = PolicyConfig.model_validate(data.get("policy") or {})
     except ValidationError as exc:
@@ -598,6 +616,7 @@ def _report_agents(run: RunDir | None, checkpoint: Path, policy: Policy, config:
     if run is None:
         return {checkpoint.name: policy}
     if is_checkpoint(run.warmstart) and checkpoint != run.warmstart:
+        check_tree(run.warmstart)
         agents["warm-start agent"] = Policy.from_checkpoint(
             run.warmstart, config.policy, config.seed
         )
@@ -616,7 +635,7 @@ def cmd_skills_train(args: argparse.Namespace) -> int:
     from honed.skills.trainer import SkillTrainer
 
     config = load_skills_config(args.config, args.override)
-    run = SkillRunDir(resolve_run_dir(args, config).path)
+    run = resolve_run_dir(args, config, SkillRunDir)
     if args.dry_run:
         return skills_dry_run(config, run)
     if run.holds_run() and not (args.resume or args.overwrite):
@@ -629,9 +648,9 @@ def cmd_skills_train(args: argparse.Namespace) -> int:
     try:
         with reporter.status("checking the target and reflector servers"):
             trainer.preflight()
-        if args.overwrite and run.path.exists():
-            shutil.rmtree(run.path)
-        reporter.note(f"run directory: {run.path}")
+        if args.overwrite:
+            run.clear()  # what honed wrote there; nothing else
+        reporter.note(f"run directory: {run.describe()}")
         summary = trainer.train(resume=args.resume)
     finally:
         trainer.close()
@@ -733,12 +752,12 @@ def cmd_skills_eval(args: argparse.Namespace) -> int:
         config = load_run_config(
             SkillsConfig, run.config_path, args.override, args.trust_run_config, reporter.note
         )
-    skill = SkillDocument.load(args.skill)
-    cache = RolloutCache(run.cache_path if run is not None else None)
+    skill = SkillDocument.load(run_file_argument(args.skill))
+    cache = RolloutCache(run.claim(run.cache_path) if run is not None else None)
     num_items = args.num_items or config.eval.num_items
     results = evaluate_skill(config, skill, args.split, num_items, cache, reporter)
     if run is not None:
-        out = run.eval_dir / f"{Path(args.skill).stem}_{args.split}.json"
+        out = run.claim(run.file("eval", f"{Path(args.skill).stem}_{args.split}.json"))
         atomic_write_json(out, {"skill": str(args.skill), "split": args.split, **results})
         reporter.note(f"written to {out}")
     reporter.values(f"{args.skill} — {args.split}", results)

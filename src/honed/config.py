@@ -1214,6 +1214,7 @@ def load_model(
     path: str | Path | None,
     overrides: list[str] | None = None,
     transform: Callable[[dict[str, Any]], None] | None = None,
+    read: Callable[[Path], str] | None = None,
 ) -> ModelT:
     """Read a YAML file (or start from defaults when `path` is None), apply `-o` overrides and
     validate the result as `model`; every problem is a one-line `HonedError`.
@@ -1222,7 +1223,8 @@ def load_model(
     The YAML is read as data (`honed.yaml_data`); a module the config names to import is looked
     for in the config file's directory when it is not installed (`honed.user_code`).
     `transform` edits the raw data before the overrides (`honed.runs.trust` removes key names
-    from a run directory's own config with it).
+    from a run directory's own config with it); `read` reads the file's text instead of a plain
+    open (`honed.runs.trust` reads a run's config without following a link).
     """
     data: dict[str, Any] = {}
     source = "config"
@@ -1231,7 +1233,7 @@ def load_model(
         source = str(path)
         if not path.is_file():
             raise HonedError(f"config file not found: {path}")
-        loaded = read_yaml(path)
+        loaded = read_yaml(path) if read is None else load_yaml(read(path), str(path))
         if loaded is not None and not isinstance(loaded, dict):
             raise HonedError(f"{path}: the top level must be a mapping of sections")
         data = loaded or {}

@@ -28,9 +28,12 @@ import hashlib
 import json
 import threading
 from collections import defaultdict, deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
+
+# an `opener` for `open()`: (path, flags) -> file descriptor
+Opener = Callable[[str, int], int]
 
 
 def request_key(url: str, body: Mapping[str, Any], options: Mapping[str, Any]) -> str:
@@ -44,8 +47,11 @@ def request_key(url: str, body: Mapping[str, Any], options: Mapping[str, Any]) -
 class Journal:
     """An append-only JSONL journal of requests and replies (see the module's docstring)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, opener: Opener | None = None) -> None:
+        """`opener` opens the journal's file (a run's refuses a link in its place:
+        `honed.runs.files.no_follow`)."""
         self.path = Path(path)
+        self.opener = opener
         self._lock = threading.Lock()
         self._next_attempt = 0
         self._usage: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -59,10 +65,11 @@ class Journal:
     def _load(self) -> None:
         if not self.path.is_file():
             return
-        data = self.path.read_bytes()
+        with open(self.path, "rb", opener=self.opener) as fh:
+            data = fh.read()
         whole = data.rfind(b"\n") + 1
         if whole < len(data):  # a line cut short by a crash: no one can use it
-            with self.path.open("r+b") as fh:
+            with open(self.path, "r+b", opener=self.opener) as fh:
                 fh.truncate(whole)
         self._size = whole
         offset = 0
@@ -129,7 +136,7 @@ class Journal:
         with self._lock:
             if self._file is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._file = self.path.open("ab")
+                self._file = open(self.path, "ab", opener=self.opener)  # noqa: SIM115
             self._file.write(data)
             self._file.flush()
             self._size += len(data)

@@ -57,7 +57,7 @@ from honed.rl.rollout_log import step_record
 from honed.rl.schedule import apply_optimizer_settings, build_lr_scheduler, build_optimizer
 from honed.rl.sft import run_sft
 from honed.rl.update import PolicyUpdate
-from honed.runs.files import atomic_write_dir
+from honed.runs.files import check_tree, read_text
 from honed.runs.lifecycle import (
     Change,
     RunInterrupted,
@@ -78,7 +78,7 @@ from honed.runs.sinks import NoSinks, Sinks
 from honed.runs.state import load_state, rng_state, save_state, set_rng_state
 from honed.sampling.sampler import Sampler
 from honed.types import Group, derive_seed
-from honed.yaml_data import read_yaml
+from honed.yaml_data import load_yaml
 
 # Settings a resumed run cannot take from a new config: the checkpoint's weights are those of
 # this model, trained after this warm-start.
@@ -202,7 +202,7 @@ class GRPOTrainer:
                 "GRPO starts from the last warm-start step"
             )
         if self.learners.is_main:
-            atomic_write_dir(self.run.warmstart, policy.save)
+            self.run.write_checkpoint(self.run.warmstart, policy.save)
         return policy
 
     def policy_settings(self) -> PolicyConfig:
@@ -223,8 +223,10 @@ class GRPOTrainer:
         return Policy.from_config(self.policy_settings(), self.config.seed)
 
     def _load(self, path: Path) -> Policy:
+        """The checkpoint in `path`, refused (exit code 2) when a link is inside it."""
         if self.sharded and not self.learners.is_main:  # the same model; rank 0 reads it
             return self._build()
+        check_tree(path)
         return Policy.from_checkpoint(path, self.policy_settings(), self.config.seed)
 
     def _reference(self, resumed: bool) -> torch.nn.Module | AdapterFreeReference | None:
@@ -266,6 +268,7 @@ class GRPOTrainer:
         if latest is None:
             return None
         _step, path = latest
+        check_tree(path)
         state = load_state(path / STATE_FILE)
         check_format(state, path / STATE_FILE, STATE_FORMAT)
         self.resume_changes = self._check_changes(state)
@@ -410,7 +413,7 @@ class GRPOTrainer:
         """
         before = state.get("config")
         if before is None and self.run.config_path.is_file():  # a checkpoint without it
-            before = read_yaml(self.run.config_path)
+            before = load_yaml(read_text(self.run.config_path), str(self.run.config_path))
         # a run saved before a key moved reports no change for it (`MOVED_KEYS`)
         before = moved_keys(before, warn=False)
         changes = resume_changes(before, self.config.model_dump(mode="json"))
@@ -459,7 +462,7 @@ class GRPOTrainer:
             save_state(state, tmp / STATE_FILE)
 
         if self.learners.is_main:  # the state is the same on every process: written once
-            atomic_write_dir(path, fill)
+            self.run.write_checkpoint(path, fill)
             self.run.prune(self.config.checkpoint.keep_last)
         self.saved_step = self.step
         return path
@@ -751,7 +754,10 @@ class GRPOTrainer:
             self.reporter.note(f"final evaluation: the one already logged at step {self.step}")
         summary = self.life.close(self.summary(final_eval, self.life.seconds))
         if self.learners.is_main:
-            plot_rewards(self.run.read_jsonl(self.run.metrics_path), self.run.file("reward.png"))
+            plot_rewards(
+                self.run.read_jsonl(self.run.metrics_path),
+                self.run.claim(self.run.file("reward.png")),
+            )
         return summary
 
     def _initial_evaluations(self) -> None:

@@ -216,7 +216,9 @@ class RunLifecycle:
         self.run.truncate_logs(resumed_step or 0, keep_start=resumed_step is not None)
         self.sinks = sinks
         if not self.run.read_only:
-            self.state = run_state.RunStateFile(self.run.file(run_state.FILE), resumed_step or 0)
+            self.state = run_state.RunStateFile(
+                self.run.claim(self.run.file(run_state.FILE)), resumed_step or 0
+            )
 
     @contextmanager
     def running(self) -> Iterator[None]:

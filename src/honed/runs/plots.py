@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
+
+from honed.runs.files import atomic_write
 
 
 def plot_rewards(rows: list[dict[str, Any]], out: Path, window: int = 10) -> None:
@@ -36,12 +37,9 @@ def plot_rewards(rows: list[dict[str, Any]], out: Path, window: int = 10) -> Non
     ax.set_title("GRPO training")
     ax.legend(loc="upper left")
     fig.tight_layout()
-    # written beside `out` and renamed over it: a reader never sees half an image, and a link
-    # at `out` is replaced, never written through
-    tmp = out.with_name(f".{out.stem}.tmp-{os.getpid()}{out.suffix}")
+    # written to a new file of a random name beside `out` and renamed over it: a reader never
+    # sees half an image, and a link at either name is never written through
     try:
-        fig.savefig(tmp)
-        os.replace(tmp, out)
+        atomic_write(out, lambda fh: fig.savefig(fh, format="png"))
     finally:
-        tmp.unlink(missing_ok=True)
         plt.close(fig)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from honed.errors import HonedError
-from honed.runs.files import atomic_write_json
+from honed.runs.files import atomic_write_json, read_text
 
 FILE = "run_state.json"
 FORMAT = 1
@@ -58,7 +58,7 @@ def read(path: Path) -> dict[str, Any] | None:
     """The record in `path`, or None when there is none (a run from before this file, or one
     not started yet) or it is not a record."""
     try:
-        record = json.loads(path.read_text())
+        record = json.loads(read_text(path))
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) and isinstance(record.get("state"), str) else None

@@ -8,35 +8,71 @@ checkpoints/       step_N/ (a Hugging Face model directory + trainer_state.pt), 
 summary.json       initial_eval, final_eval, timings
 run_state.json     running (with a heartbeat), finished, interrupted or failed (`runs/run_state.py`)
 reward.png         reward per step
+honed-run.jsonl    what honed wrote here: the only files it writes over or deletes (`runs/files.py`)
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
-import shutil
+import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from honed.runs import rollouts, run_state
-from honed.runs.files import atomic_write_json, atomic_write_text, inside
+import yaml
+
+from honed.errors import HonedError
+from honed.runs import files, rollouts, run_state
+from honed.runs.files import (
+    MANIFEST,
+    Manifest,
+    append_text,
+    atomic_write_dir,
+    atomic_write_json,
+    atomic_write_text,
+    confined,
+    read_text,
+)
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 STATE_FILE = "trainer_state.pt"
+# A folder written by a honed older than `honed-run.jsonl` is recognised by its config (the
+# resolved config honed writes spells these keys) and one of these beside it.
+LAYOUT = ("metrics.jsonl", "summary.json", run_state.FILE, "checkpoints", "state.json", "skills")
+CONFIG_KEYS = ("seed", "envs", "run_dir")
+MAX_CONFIG_BYTES = 1 << 20
 
 
 class RunDir:
-    """A GRPO run's directory. Every path it hands out has been checked to stay inside it
-    (`file`), so no read, write or delete through it follows a link out of the run."""
+    """A GRPO run's directory, and the one way honed reads, writes and deletes in it.
+
+    The root is resolved once (`link` keeps the name it was given when that is a link, to say
+    so). Every path it hands out has no symbolic link below the root (`file`); what honed
+    writes is listed in `honed-run.jsonl` first (`claim`), and only what is listed is written
+    over or deleted (`remove`). A non-empty folder without that list is refused unless it is a
+    run an older honed wrote, which is then listed (`manifest`).
+    """
 
     # whether this process writes the run (learner processes other than rank 0 only read it)
     read_only = False
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+        given = Path(path)
+        self.link = given if given.is_symlink() else None
+        self.path = given.resolve() if self.link else given
+        self._manifest: Manifest | None = None
+
+    def describe(self) -> str:
+        """The run's folder for a person: with the link it was reached through, if any."""
+        return f"{self.path} (through the link {self.link})" if self.link else str(self.path)
 
     def file(self, *parts: str) -> Path:
-        return inside(self.path, self.path.joinpath(*parts))
+        return confined(self.path, self.path.joinpath(*parts))
+
+    def relative(self, path: Path) -> str:
+        return confined(self.path, path).relative_to(self.path).as_posix()
 
     @property
     def config_path(self) -> Path:
@@ -61,7 +97,8 @@ class RunDir:
         """A step's rollout sample (`runs/rollouts.py`), atomically, within `max_bytes`: the one
         place it is written, so a run directory that writes nothing (as `append` writes
         nothing for learner processes other than rank 0) overrides this too."""
-        rollouts.write_step(self.rollouts_path(int(record["step"])), record, max_bytes)
+        path = self.claim(self.rollouts_path(int(record["step"])))
+        rollouts.write_step(path, record, max_bytes)
 
     @property
     def summary_path(self) -> Path:
@@ -76,11 +113,16 @@ class RunDir:
         return self.file("checkpoints", "warmstart")
 
     def create(self) -> None:
+        """Make the run's folder (or take the one there: honed's own, or empty) before
+        anything is written; a folder that is not honed's is refused, exit code 2."""
+        if os.path.lexists(self.path) and not self.path.is_dir():
+            raise HonedError(f"{self.path} exists and is not a directory; choose another run dir")
         self.path.mkdir(parents=True, exist_ok=True)
         self.check()
+        self.manifest  # noqa: B018 (read, or made: the refusal comes before any write)
 
     # The files and folders honed writes at a run's top level; `check` refuses a run whose
-    # entries link outside it before anything is written.
+    # entries are links before anything is written.
     ENTRIES = (
         "config.yaml",
         "metrics.jsonl",
@@ -93,6 +135,7 @@ class RunDir:
         "eval",
         "tensorboard",
         "mlruns",
+        "wandb",
         "warmstart_eval.json",
     )
 
@@ -100,21 +143,138 @@ class RunDir:
         for name in self.ENTRIES:
             self.file(name)
 
+    # ------------------------------------------------------------ what honed wrote
+
+    @property
+    def manifest(self) -> Manifest:
+        """The list of what honed wrote here, read once; a folder without one is taken as a
+        run only when it is empty or laid out as honed lays out a run (then listed)."""
+        if self._manifest is None:
+            self._manifest = Manifest.load(self.path) or self._adopt()
+        return self._manifest
+
+    def _adopt(self) -> Manifest:
+        """The manifest of a new run, or of a run an older honed wrote: every file and folder
+        under the names honed writes (`ENTRIES`, and their temporary names), links left out."""
+        entries = sorted(os.listdir(self.path)) if self.path.is_dir() else []
+        if entries:
+            self._refuse_unless_honed(entries)
+        manifest = Manifest(self.path)
+        for name in entries:
+            self._list(manifest, self.path / name)
+        manifest.save()
+        return manifest
+
+    def _honed_name(self, name: str) -> bool:
+        return name in self.ENTRIES or any(
+            name.startswith((f".{entry}.tmp-", f".{entry}.old-")) for entry in self.ENTRIES
+        )
+
+    def _refuse_unless_honed(self, entries: list[str]) -> None:
+        foreign = [name for name in entries if not self._honed_name(name)]
+        layout = "config.yaml" in entries and any(name in entries for name in LAYOUT)
+        if not foreign and layout and self._honed_config():
+            return
+        held = f" and holds {', '.join(foreign[:3])}" + (", ..." if len(foreign) > 3 else "")
+        raise HonedError(
+            f"{self.describe()} is not empty and is not a honed run (no {MANIFEST}"
+            f"{held if foreign else ''}); honed writes runs only into a new or empty folder or "
+            "one of its own runs: give another --run-dir"
+        )
+
+    def _honed_config(self) -> bool:
+        """Whether config.yaml is a config honed wrote (its resolved config spells
+        `CONFIG_KEYS`)."""
+        path = self.config_path
+        try:
+            if os.lstat(path).st_size > MAX_CONFIG_BYTES:
+                return False
+            data = yaml.safe_load(read_text(path))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            return False
+        return isinstance(data, dict) and all(key in data for key in CONFIG_KEYS)
+
+    def _list(self, manifest: Manifest, path: Path) -> None:
+        mode = os.lstat(path).st_mode
+        if stat.S_ISLNK(mode):
+            return
+        manifest.files.add(path.relative_to(self.path).as_posix())
+        if stat.S_ISDIR(mode):
+            for name in sorted(os.listdir(path)):
+                self._list(manifest, path / name)
+
+    def owns(self, rel: str) -> bool:
+        """Whether honed wrote `rel`, asking the file again before saying no (another
+        `RunDir` of this process, or a learner process, may have listed it since)."""
+        if self.manifest.owns(rel):
+            return True
+        self._manifest = Manifest.load(self.path) or self._manifest
+        return self.manifest.owns(rel)
+
+    def claim(self, path: Path, tree: bool = False) -> Path:
+        """`path`, which honed is about to write (a file, or with `tree` a folder built whole
+        or by a library), listed in the manifest first; refused when something honed did not
+        write is there, or a link is on the way."""
+        rel = self.relative(path)
+        if os.path.lexists(path) and not self.owns(rel):
+            raise HonedError(
+                f"{path} was not written by honed (it is not listed in {self.path / MANIFEST}); "
+                "honed writes over and deletes only what it wrote: move it away"
+            )
+        self.manifest.record(rel, tree)
+        return path
+
+    def remove(self, path: Path) -> None:
+        """Delete a file or folder honed wrote (all of it, or nothing when any part of it was
+        not honed's, which is named; exit code 2)."""
+        plan: list[tuple[Path, Callable[[Path], None]]] = []
+        self._plan_removal(path, plan)
+        for target, delete in plan:
+            delete(target)
+
+    def _plan_removal(self, path: Path, plan: list[tuple[Path, Callable[[Path], None]]]) -> None:
+        rel = self.relative(path)  # a link on the way, or at `path`, is refused here
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            return
+        if not self.owns(rel):
+            raise HonedError(
+                f"{path} was not written by honed (it is not listed in {self.path / MANIFEST}); "
+                "honed deletes only what it wrote: move it away"
+            )
+        manifest = self.manifest
+        if stat.S_ISDIR(mode) and rel not in manifest.trees and not manifest.in_tree(rel):
+            for name in sorted(os.listdir(path)):
+                self._plan_removal(path / name, plan)
+            plan.append((path, os.rmdir))
+        else:
+            plan.append((path, files.remove))
+
+    def clear(self) -> None:
+        """`--overwrite`: delete everything honed wrote here (what it did not write stays)."""
+        if not self.path.is_dir():
+            return
+        self.check()
+        for name in sorted(os.listdir(self.path)):
+            if name != MANIFEST and self.owns(name):
+                self.remove(self.path / name)
+
     def write_config(self, text: str) -> None:
-        atomic_write_text(self.config_path, text)
+        atomic_write_text(self.claim(self.config_path), text)
 
     # ------------------------------------------------------------ append-only logs
 
     def append(self, path: Path, record: dict[str, Any]) -> None:
-        with path.open("a") as fh:
-            fh.write(json.dumps(record) + "\n")
-            fh.flush()
+        append_text(self.claim(path), json.dumps(record) + "\n")
 
     def read_jsonl(self, path: Path) -> list[dict[str, Any]]:
-        if not path.exists():
+        try:
+            text = read_text(confined(self.path, path))
+        except FileNotFoundError:
             return []
         rows = []
-        for line in path.read_text().splitlines():
+        for line in text.splitlines():
             line = line.strip()
             if line:
                 try:
@@ -134,12 +294,12 @@ class RunDir:
                 if keep_start
                 else []
             )
-            atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
+            atomic_write_text(self.claim(path), "".join(json.dumps(r) + "\n" for r in rows))
         if self.rollouts_dir.is_dir():
-            for child in self.rollouts_dir.iterdir():
-                step = rollouts.step_of(child.name)
+            for name in sorted(os.listdir(self.rollouts_dir)):
+                step = rollouts.step_of(name)
                 if step is not None and (not keep_start or step > last_step):
-                    child.unlink()  # a link is removed itself, never what it points to
+                    self.remove(self.rollouts_dir / name)
 
     # ------------------------------------------------------------ checkpoints
 
@@ -147,30 +307,33 @@ class RunDir:
         if not self.checkpoints.is_dir():
             return []
         found = []
-        for child in self.checkpoints.iterdir():
-            m = STEP_DIR.match(child.name)
-            if m and inside(self.path, child / STATE_FILE).is_file():
-                found.append((int(m.group(1)), child))
+        for name in os.listdir(self.checkpoints):
+            m = STEP_DIR.match(name)
+            if m and self.file("checkpoints", name, STATE_FILE).is_file():
+                found.append((int(m.group(1)), self.checkpoints / name))
         return sorted(found)
 
     def latest_checkpoint(self) -> tuple[int, Path] | None:
         found = self.step_checkpoints()
         return found[-1] if found else None
 
+    def write_checkpoint(self, path: Path, fill: Callable[[Path], None]) -> None:
+        """A checkpoint folder (`checkpoints/step_N`, `checkpoints/warmstart`), built whole
+        under a temporary name and renamed into place."""
+        atomic_write_dir(self.claim(path, tree=True), fill)
+
     def prune(self, keep_last: int) -> None:
         for _, path in self.step_checkpoints()[:-keep_last]:
-            if path.is_symlink():  # a link inside the run: drop the link, never its target
-                path.unlink()
-            else:
-                shutil.rmtree(path, ignore_errors=True)
+            self.remove(path)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        atomic_write_json(self.summary_path, summary)
+        atomic_write_json(self.claim(self.summary_path), summary)
 
     def read_summary(self) -> dict[str, Any]:
-        if not self.summary_path.exists():
+        try:
+            return json.loads(read_text(self.summary_path))
+        except FileNotFoundError:
             return {}
-        return json.loads(self.summary_path.read_text())
 
 
 class ReadOnlyRunDir(RunDir):

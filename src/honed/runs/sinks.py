@@ -65,7 +65,7 @@ class TensorBoardSink:
                 "logging.tensorboard is on but TensorBoard is not installed: "
                 "pip install 'honed[tracking]'"
             ) from exc
-        self.writer = SummaryWriter(log_dir=str(run.file("tensorboard")))
+        self.writer = SummaryWriter(log_dir=str(run.claim(run.file("tensorboard"), tree=True)))
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         for key, value in _finite(metrics).items():
@@ -87,6 +87,7 @@ class WandbSink:
                 "logging.wandb is on but wandb is not installed: pip install 'honed[tracking]'"
             ) from exc
         self.wandb = wandb
+        run.claim(run.file("wandb"), tree=True)  # where wandb writes, given `dir`
         self.run = wandb.init(
             project=config.logging.wandb_project,
             dir=str(run.path),
@@ -116,7 +117,7 @@ class MlflowSink:
             # Offline by default, like W&B: a file store inside the run directory (MLflow asks
             # for an explicit opt-in to its file store). MLFLOW_TRACKING_URI picks a server.
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-            mlflow.set_tracking_uri(run.file("mlruns").resolve().as_uri())
+            mlflow.set_tracking_uri(run.claim(run.file("mlruns"), tree=True).resolve().as_uri())
         mlflow.start_run(run_name=run.path.name)
         params: dict[str, Any] = {"seed": config.seed}
         for section in ("policy", "target"):  # the model GRPO trains, or the skill loop's

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from honed.errors import HonedError
+from honed.runs.files import no_follow
 
 _multiarray = getattr(np, "_core", None) or np.core  # NumPy 2 renamed np.core to np._core
 _NUMPY_ARRAY_GLOBALS = [
@@ -53,8 +54,11 @@ def save_state(state: dict[str, Any], path: Path) -> None:
 def load_state(path: Path) -> dict[str, Any]:
     """The state in `path`; anything that is not plain data is refused, one line, exit 2."""
     try:
-        with torch.serialization.safe_globals(_NUMPY_ARRAY_GLOBALS):
-            state = torch.load(path, weights_only=True, map_location="cpu")
+        with (
+            torch.serialization.safe_globals(_NUMPY_ARRAY_GLOBALS),
+            open(path, "rb", opener=no_follow) as fh,
+        ):
+            state = torch.load(fh, weights_only=True, map_location="cpu")
     except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as exc:
         # torch's message is a paragraph of advice; keep the line that says what was refused
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()] or [""]

@@ -28,6 +28,7 @@ from pydantic import BaseModel
 from honed.config import load_model
 from honed.errors import HonedDeprecationWarning, HonedError
 from honed.reach import reached
+from honed.runs.files import read_text
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -94,7 +95,11 @@ def load_run_config(
         # a run saved by an earlier honed may use renamed keys; the user did not write it
         warnings.simplefilter("ignore", HonedDeprecationWarning)
         config = load_model(
-            model, path, overrides, transform=lambda data: _drop_key_names(data, secrets)
+            model,
+            path,
+            overrides,
+            transform=lambda data: _drop_key_names(data, secrets),
+            read=read_text,
         )
     found = reach(config, sorted(set(secrets)))
     if (found.imports or found.hosts) and not trust:

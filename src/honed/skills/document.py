@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from honed.errors import HonedError
+from honed.runs.files import read_text
 from honed.skills.edits import Edit, InvalidEdit
 from honed.text import valid_text
 
@@ -193,7 +194,7 @@ class SkillDocument:
         """Read a skill file; unreadable files and malformed markers name the file."""
         path = Path(path)
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_text(path)  # a link in the file's place is refused
         except (OSError, UnicodeDecodeError) as exc:
             raise HonedError(f"cannot read skill file {path}: {exc}") from exc
         try:

@@ -37,7 +37,7 @@ from typing import Any
 from honed.envs.base import SingleTurnEnv
 from honed.errors import HonedError
 from honed.models.chat import ChatClient, ChatFailure, ChatModelConfig, ChatReply, Messages
-from honed.runs.files import atomic_write_text
+from honed.runs.files import append_text, atomic_write_text, read_text
 from honed.skills.agent import Conversation, is_tool_env, run_conversations
 from honed.skills.document import SkillDocument
 from honed.text import valid_text, valid_values
@@ -159,7 +159,7 @@ class RolloutCache:
         return f"{skill_key}/{env}/{item_key}"
 
     def _load(self, path: Path) -> None:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
         lines = text.splitlines()
         good = []
         for line in lines:
@@ -190,10 +190,7 @@ class RolloutCache:
             self._entries[key] = r
             lines.append(json.dumps({"key": key, "rollout": r.to_dict()}) + "\n")
         if self.path is not None and lines:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a", encoding="utf-8") as fh:
-                fh.write("".join(lines))
-                fh.flush()
+            append_text(self.path, "".join(lines))
 
 
 def check_single_turn(envs: Mapping[str, Any]) -> dict[str, SingleTurnEnv]:

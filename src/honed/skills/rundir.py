@@ -23,12 +23,12 @@ step wrote beyond `state.json` is discarded and the step runs again.
 from __future__ import annotations
 
 import json
-import shutil
+import os
 from pathlib import Path
 from typing import Any
 
 from honed.errors import HonedError
-from honed.runs.files import atomic_write_json
+from honed.runs.files import atomic_write_json, read_text
 from honed.runs.rundir import RunDir
 from honed.skills.store import SkillStore
 
@@ -47,7 +47,7 @@ class SkillRunDir(RunDir):
 
     @property
     def skills(self) -> SkillStore:
-        return SkillStore(self.file("skills"))
+        return SkillStore(self.file("skills"), claim=self.claim)
 
     @property
     def best_path(self) -> Path:
@@ -83,31 +83,30 @@ class SkillRunDir(RunDir):
         return self.state_path.exists() or self.steps.exists() or self.skills.versions() != []
 
     def read_state(self) -> dict[str, Any] | None:
-        if not self.state_path.is_file():
-            return None
         try:
-            return json.loads(self.state_path.read_text(encoding="utf-8"))
+            return json.loads(read_text(self.state_path))
+        except FileNotFoundError:
+            return None
         except ValueError as exc:
             raise HonedError(f"{self.state_path} is not valid JSON ({exc}); cannot resume") from exc
 
     def write_state(self, state: dict[str, Any]) -> None:
-        atomic_write_json(self.state_path, state)
+        atomic_write_json(self.claim(self.state_path), state)
 
     def discard_after(self, step: int, versions: int, epochs_closed: int) -> None:
         """Remove what a crashed step or epoch end wrote beyond the saved state."""
         for number in self.skills.versions():
             if number > versions:
-                self.skills.path(number).unlink()
-        if self.steps.is_dir():
-            for child in self.steps.iterdir():
-                # `.step_N.tmp-*`: a step directory whose build was cut short
-                if child.name.startswith(".step_") or _number(child.name) > step:
-                    _remove(child)
-        epochs = self.file("consolidation")
-        if epochs.is_dir():
-            for child in epochs.iterdir():
-                if child.name.startswith(".epoch_") or _number(child.name) > epochs_closed:
-                    _remove(child)
+                self.remove(self.skills.path(number))
+        for folder, prefix, last in (
+            (self.steps, ".step_", step),
+            (self.file("consolidation"), ".epoch_", epochs_closed),
+        ):
+            if folder.is_dir():
+                for name in sorted(os.listdir(folder)):
+                    # `.step_N.tmp-*`: a step directory whose build was cut short
+                    if name.startswith(prefix) or _number(name) > last:
+                        self.remove(folder / name)
 
     def discard_progress(self) -> None:
         """A fresh start in a directory with an unfinished beginning (no state to resume):
@@ -115,17 +114,9 @@ class SkillRunDir(RunDir):
         and the journal: what was paid for here is counted, and its replies are not paid
         again."""
         for path in (self.file("skills"), self.steps, self.file("consolidation")):
-            _remove(path)
+            self.remove(path)
         for path in (self.best_path, self.summary_path, self.state_path):
-            path.unlink(missing_ok=True)
-
-
-def _remove(path: Path) -> None:
-    """Delete a run's file or folder; a link is removed itself, never what it points to."""
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    elif path.is_dir():
-        shutil.rmtree(path)
+            self.remove(path)
 
 
 def _number(name: str) -> int:

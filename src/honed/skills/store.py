@@ -7,11 +7,12 @@ mid-write leaves either the old set of versions or the new one, never a truncate
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from honed.errors import HonedError
-from honed.runs.files import atomic_write_text, inside
+from honed.runs.files import atomic_write_text, confined
 from honed.skills.document import SkillDocument
 
 _VERSION_FILE = re.compile(r"^v(\d{4,})\.md$")
@@ -33,11 +34,14 @@ class SkillStore:
     state of its own beyond the files, so a resumed run sees exactly what was written.
     """
 
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(self, directory: str | Path, claim: Callable[[Path], Path] | None = None) -> None:
+        """`claim` is the run's (`RunDir.claim`): it lists each version in the run's manifest
+        before it is written."""
         self.directory = Path(directory)
+        self.claim = claim or (lambda path: path)
 
     def path(self, number: int) -> Path:
-        return inside(self.directory, self.directory / f"v{number:04d}.md")
+        return confined(self.directory, self.directory / f"v{number:04d}.md")
 
     def versions(self) -> list[int]:
         """The saved version numbers, ascending."""
@@ -51,7 +55,7 @@ class SkillStore:
         doc = document if isinstance(document, SkillDocument) else SkillDocument(document)
         numbers = self.versions()
         number = numbers[-1] + 1 if numbers else 1
-        path = atomic_write_text(self.path(number), doc.text)
+        path = atomic_write_text(self.claim(self.path(number)), doc.text)
         return SkillVersion(number, path, doc.content_hash)
 
     def load(self, number: int | None = None) -> SkillDocument:

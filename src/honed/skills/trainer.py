@@ -51,7 +51,13 @@ from honed.errors import HonedError
 from honed.models.budget import BudgetStop, Caps, spent_reason
 from honed.models.chat import BYTES_PER_TOKEN, USAGE_FIELDS, ChatClient, UsageMeter
 from honed.models.journal import Journal
-from honed.runs.files import atomic_write_dir, atomic_write_json, atomic_write_text
+from honed.runs.files import (
+    atomic_write_dir,
+    atomic_write_json,
+    atomic_write_text,
+    no_follow,
+    read_text,
+)
 from honed.runs.lifecycle import (
     Change,
     RunLifecycle,
@@ -110,7 +116,7 @@ from honed.skills.rollout import (
 )
 from honed.skills.rundir import SkillRunDir
 from honed.types import Group, Item, Trajectory, derive_seed, prompt_text
-from honed.yaml_data import read_yaml
+from honed.yaml_data import load_yaml
 
 log = logging.getLogger(__name__)
 
@@ -311,7 +317,7 @@ class SkillTrainer:
         which case nothing is written (no second evaluation or summary)."""
         self.life = RunLifecycle(self.run, self.reporter)
         state = self.life.open(resume, self.run.read_state)
-        self.journal = Journal(self.run.journal_path)
+        self.journal = Journal(self.run.claim(self.run.journal_path), opener=no_follow)
         if state is None:
             self.run.discard_progress()
             self._count_from_journal(None)
@@ -327,7 +333,7 @@ class SkillTrainer:
                 return False
         self.life.start(dump_config(self.config), Sinks(self.run, self.config), self.step)
         self._warn_unbounded()
-        self.cache = RolloutCache(self.run.cache_path)
+        self.cache = RolloutCache(self.run.claim(self.run.cache_path))
         self.runner = TargetRunner(
             self.target,
             self.envs,
@@ -341,7 +347,9 @@ class SkillTrainer:
         if state is not None:
             self.run.discard_after(self.step, len(self.versions), self.epochs_closed)
             self.current = self.run.skills.load(self.current_version)
-            atomic_write_text(self.run.best_path, self.run.skills.load(self.best_version).text)
+            atomic_write_text(
+                self.run.claim(self.run.best_path), self.run.skills.load(self.best_version).text
+            )
             return True
         with self.life.running():
             self._start_from_initial_skill()
@@ -402,7 +410,7 @@ class SkillTrainer:
         self.initial_scores = self.current_scores = self.best_scores = scores
         self._save_version(initial, scores, step=0, source="initial")
         self.current_version = self.best_version = self.epoch_start_version = 1
-        atomic_write_text(self.run.best_path, initial.text)
+        atomic_write_text(self.run.claim(self.run.best_path), initial.text)
         self.save()
 
     def score(self, skill: SkillDocument, stage: str) -> tuple[Scores, list[Rollout]]:
@@ -546,7 +554,7 @@ class SkillTrainer:
         before = state.get("config")
         if before is None and self.run.config_path.is_file():  # states written before it held it
             try:
-                before = read_yaml(self.run.config_path)
+                before = load_yaml(read_text(self.run.config_path), str(self.run.config_path))
             except HonedError:
                 before = None
         changes = config_changes(before, self.config.model_dump(mode="json"))
@@ -749,7 +757,7 @@ class SkillTrainer:
         if self.gate.compare(self.best_scores, scores)[0]:
             self.best_scores = scores
             self.best_version = self.current_version
-            atomic_write_text(self.run.best_path, doc.text)
+            atomic_write_text(self.run.claim(self.run.best_path), doc.text)
 
     # ------------------------------------------------------------------ one step
 
@@ -775,11 +783,16 @@ class SkillTrainer:
             record.update(outcome="stopped", reason=exc.reason)
             record.update(_usage_delta(usage_before, self.usage.usage()))
             files["step.json"] = record
-            atomic_write_dir(self.run.step_dir(step), lambda tmp: _write_files(tmp, files))
+            atomic_write_dir(
+                self.run.claim(self.run.step_dir(step), tree=True),
+                lambda tmp: _write_files(tmp, files),
+            )
             raise StopRun(Stop("budget", exc.reason, error=exc.error)) from None
         record.update(_usage_delta(usage_before, self.usage.usage()))
         files["step.json"] = record
-        atomic_write_dir(self.run.step_dir(step), lambda tmp: _write_files(tmp, files))
+        atomic_write_dir(
+            self.run.claim(self.run.step_dir(step), tree=True), lambda tmp: _write_files(tmp, files)
+        )
         self.history.append(record)
         self.step = step
         return record
@@ -1050,7 +1063,7 @@ class SkillTrainer:
             if candidate is not None:
                 atomic_write_text(tmp / "candidate_skill.md", candidate.text)
 
-        atomic_write_dir(self.run.consolidation_dir(epoch), fill)
+        atomic_write_dir(self.run.claim(self.run.consolidation_dir(epoch), tree=True), fill)
 
     def _judge_consolidation(self, candidate: SkillDocument | None) -> dict[str, Any]:
         """Adopt the consolidated skill if it passes the gate (or the gate is off for it); what

@@ -1,10 +1,11 @@
 """The runs under the viewer's root, and the one way a request reaches a file of theirs.
 
 A request names a run by its path relative to the root (`"."` when the root is itself a run)
-and a file by a fixed name the viewer chooses; `Catalog.run` and `RunFiles.path` resolve every
-link on the way and refuse anything that lands outside the root or the run (`..`, absolute
-paths, encoded separators, symbolic links out), answering as if it did not exist. Nothing here
-opens a file for writing.
+and a file by a fixed name the viewer chooses; `Catalog.run` and `RunFiles.path` refuse anything
+that is not below the root and the run (`..`, absolute paths, encoded separators) or has a
+symbolic link on its way below the root (`honed.runs.files.confined`), answering as if it did
+not exist, and files are opened without following a link in their place. Nothing here opens a
+file for writing.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 from honed.errors import HonedError
 from honed.runs import run_state
+from honed.runs.files import confined, read_bytes
 from honed.yaml_data import load_yaml
 
 # A folder holding `config.yaml` and one of these is a run.
@@ -46,12 +48,12 @@ def is_run(path: Path) -> bool:
 
 
 def within(root: Path, path: Path) -> bool:
-    """Whether `path`, every link resolved, is `root` (resolved) or below it."""
+    """Whether `path` exists below `root` (or is it) with no symbolic link on its way."""
     try:
-        target = path.resolve(strict=True)
-    except (OSError, RuntimeError):
+        confined(root, path)
+    except HonedError:
         return False
-    return target == root or root in target.parents
+    return os.path.lexists(path)
 
 
 class RunFiles:
@@ -61,9 +63,9 @@ class RunFiles:
         self.root, self.id, self.dir = root, run_id, path
 
     def path(self, *parts: str) -> Path:
-        """A file or folder of the run that exists and stays inside it, links resolved."""
+        """A file or folder of the run that exists, with no link on its way from the root."""
         path = self.dir.joinpath(*parts)
-        if not within(self.dir.resolve(), path):
+        if not within(self.root, path):
             raise NotFound("/".join(parts))
         return path
 
@@ -81,7 +83,10 @@ class RunFiles:
             raise NotFound("/".join(parts))
         if path.stat().st_size > MAX_FILE_BYTES:
             raise HonedError(f"{'/'.join(parts)} is over {MAX_FILE_BYTES >> 20} MiB; not read")
-        return path.read_bytes().decode("utf-8", errors="replace")
+        try:
+            return read_bytes(path).decode("utf-8", errors="replace")
+        except (OSError, HonedError):
+            raise NotFound("/".join(parts)) from None
 
     def json(self, *parts: str, default: Any = None) -> Any:
         """A JSON file's value, or `default` when it is absent or not JSON (a file being

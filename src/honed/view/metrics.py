@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from honed.runs.files import no_follow
 from honed.view.catalog import NotFound, RunFiles, finite
 
 
@@ -46,7 +47,7 @@ class MetricsCache:
             if parsed is None or parsed.generation != generation or stat.st_size < parsed.offset:
                 parsed = self._files[key] = _Parsed(generation)
             if stat.st_size > parsed.offset:
-                with path.open("rb") as fh:
+                with open(path, "rb", opener=no_follow) as fh:
                     fh.seek(parsed.offset)
                     chunk = fh.read(stat.st_size - parsed.offset)
                 end = chunk.rfind(b"\n") + 1
