@@ -32,6 +32,11 @@ FLAKY = {
         'learner process 1 aborted ("terminate called without an active exception", exit -6) '
         "instead of exiting 130, once in a full suite"
     ),
+    "tests/test_learner_once.py::test_kl_reward_penalties_are_scored_once_and_equal_one_process_s[fsdp]": (
+        'a probe process aborted ("terminate called without an active exception", exit -6) once '
+        "in a full suite: the probe left through the interpreter's finalization, which honed's "
+        "learners no longer do (run_learner); the probe now leaves as they do"
+    ),
     "tests/test_device.py::test_no_tensor_is_misplaced_in_a_training_run[kl in the reward]": (
         "NaN from the reference model, about 1 run in 20-40"
     ),

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from honed.config import load_config
+from honed.distributed.launch import run_learner
 from honed.models import scoring
 from honed.rl.trainer import GRPOTrainer
 from honed.runs.rundir import RunDir
@@ -66,7 +67,7 @@ def penalties(trainer: GRPOTrainer) -> dict:
     }
 
 
-def main() -> None:
+def main() -> int:
     mode, config, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     torch.set_num_threads(1)
     cfg = load_config(config)
@@ -75,7 +76,10 @@ def main() -> None:
     (out / f"rank_{os.environ.get('RANK', '0')}.json").write_text(json.dumps(found))
     trainer.rollouts.close()
     trainer.learners.close(wait=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    # as honed's own learner processes leave: without the interpreter's finalization, which
+    # gloo's worker threads can abort ("terminate called without an active exception")
+    run_learner(main)
