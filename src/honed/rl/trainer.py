@@ -199,7 +199,7 @@ class GRPOTrainer:
         if self.warmstart.get("sft/check/passed") == 0.0:
             self.reporter.note(
                 f"the warm-start check did not pass within sft.steps ({self.config.sft.steps}); "
-                "GRPO starts from the last warm-start step"
+                "the warm-start is its last step"
             )
         if self.learners.is_main:
             self.run.write_checkpoint(self.run.warmstart, policy.save)
