@@ -394,6 +394,32 @@ def test_a_malformed_plain_data_trainer_state_is_one_line_and_exit_2(run, capsys
     assert len(err) == 1 and "trainer state cannot be restored" in err[0], err
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda state: state.pop("sampler"),
+        lambda state: state.update(current_scores=3),
+        lambda state: state.update(scheduler=[]),
+    ],
+    ids=["a part missing", "scores not a mapping", "scheduler of the wrong shape"],
+)
+def test_a_malformed_skills_state_is_one_line_and_exit_2(tmp_path, skills_base, capsys, damage):
+    import json
+
+    from run_trees import copy_run
+
+    config, base = skills_base
+    run = copy_run(base, tmp_path / "run")
+    state = json.loads((run / "state.json").read_text())
+    damage(state)
+    (run / "state.json").write_text(json.dumps(state))
+    capsys.readouterr()
+    args = ["skills", "train", str(config), "--quiet", "--run-dir", str(run), "--resume"]
+    assert main([*args, "-o", "train.max_steps=2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "skill loop's state cannot be restored" in err[0], err
+
+
 def test_allow_insecure_http_on_distributed_server_reaches_its_clients(monkeypatch):
     from honed.distributed.server import server_clients
 

@@ -322,8 +322,7 @@ class SkillTrainer:
             self.run.discard_progress()
             self._count_from_journal(None)
         else:  # checked and loaded before anything is written: a refused resume changes nothing
-            changes = self._check_resume(state)
-            self.load_state_dict(state)
+            changes = self._restore(state)
             self._count_from_journal(state)
             self.life.resumed(self.run.state_path, self.step, [escape(str(c)) for c in changes])
             if self._finished():
@@ -594,6 +593,22 @@ class SkillTrainer:
             "config": self.config.model_dump(mode="json"),
             "steps_per_epoch": self.steps_per_epoch,
         }
+
+    def _restore(self, state: dict[str, Any]) -> list[Change]:
+        """Check a saved state against the config and load it; what changed. The state is plain
+        data from a file, so a part missing or of the wrong shape is a damaged run, said in one
+        line naming the file (exit 2), not a traceback."""
+        try:
+            changes = self._check_resume(state)
+            self.load_state_dict(state)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            problem = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise HonedError(
+                f"{self.run.state_path}: the skill loop's state cannot be restored "
+                f"({type(exc).__name__}: {problem[:200]}); the run is damaged or was not "
+                "written by honed"
+            ) from None
+        return changes
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the run's state; the edit budget keeps the config's settings and takes only
