@@ -308,3 +308,21 @@ def test_only_the_files_module_writes_or_deletes_in_a_run():
             if DIRECT.search(line):
                 found.append(f"{rel}:{number}: {line.strip()}")
     assert found == []
+
+
+def test_honed_serve_refuses_a_runs_checkpoint_holding_a_link(tmp_path, grpo_base):
+    """`honed serve RUN` loads the run's latest checkpoint whole, as resume and export do: a
+    link inside it is refused before anything is read through it."""
+    from honed.runs.rundir import RunDir
+    from honed.serve.weights import load_policy
+
+    _, base = grpo_base
+    run = copy_run(base, tmp_path / "run")
+    _, checkpoint = RunDir(run).latest_checkpoint()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.move(checkpoint / "tokenizer.json", outside / "tokenizer.json")
+    (checkpoint / "tokenizer.json").symlink_to(outside / "tokenizer.json")
+    with WATCH.watching(outside) as opened, pytest.raises(HonedError, match="symbolic link"):
+        load_policy(str(run), "cpu", "float32", 0)
+    assert opened == []

@@ -24,6 +24,7 @@ from honed.errors import HonedError
 from honed.models.device import dtype_name
 from honed.models.policy import Policy
 from honed.models.sources import is_adapter_dir
+from honed.runs.files import check_tree
 from honed.runs.rundir import RunDir
 from honed.serve.protocol import ServeError
 
@@ -50,7 +51,9 @@ def load_policy(source: str, device: str, dtype: str, seed: int) -> Policy:
         latest = RunDir(path).latest_checkpoint()
         if latest is None and not is_adapter_dir(path):
             raise HonedError(f"{path} is neither a model folder nor a run with a checkpoint")
-        path = latest[1] if latest is not None else path
+        if latest is not None:  # a run's checkpoint: its files are the run's, links refused
+            path = latest[1]
+            check_tree(path)
     if path.is_dir():
         _refuse_adapter(path)
         policy = Policy.load(path, dtype, False, None, device)
