@@ -157,3 +157,16 @@ def test_the_check_is_held_out_and_needs_its_split():
     sft = SFTConfig(steps=2, check=SFTCheckConfig(every=1, split="test"))
     with pytest.raises(HonedError, match="no reference solutions in its test split"):
         run_sft(_policy(), {"copy": _CopyEnv()}, sft, seed=0)
+
+
+class _NoCopyEnv(_CopyEnv):
+    """Answers that never repeat the prompt: nothing to copy."""
+
+    def sft_examples(self, item):
+        return [(f"say {item}: ", "ok")]
+
+
+def test_a_check_with_nothing_to_measure_says_so_at_once():
+    sft = SFTConfig(steps=50, check=SFTCheckConfig(every=5))
+    with pytest.raises(HonedError, match="nothing to measure copy_accuracy on"):
+        run_sft(_policy(), {"copy": _NoCopyEnv()}, sft, seed=0)

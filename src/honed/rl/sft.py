@@ -13,6 +13,7 @@ which completion tokens alone teach slowly.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Mapping
 
@@ -134,6 +135,12 @@ def run_sft(
             on_step(step, value)
         if check.every and (step % check.every == 0 or step == sft.steps):
             checks.append(check_accuracy(policy, held_out, check.metric, sft.batch_size))
+            if math.isnan(checks[-1]):
+                raise HonedError(
+                    f"sft.check: the {check.split} references hold nothing to measure "
+                    f"{check.metric} on (no copied word, no token of the model's own); "
+                    "use the other metric or another split"
+                )
             if on_check:
                 on_check(step, checks[-1])
             if checks[-1] >= check.threshold:
