@@ -191,3 +191,17 @@ def test_config_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys, argv, ex
     code, err = _run(capsys, *argv)
     assert code == 2 and expected in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_honed_eval_runs_on_the_configs_torch_threads(tmp_path, grpo_base, monkeypatch):
+    """Evaluation uses the thread count training did (`torch_threads`): with another count
+    some CPU kernels sum in another order, and greedy answers can change."""
+    import torch
+    from run_trees import copy_run
+
+    _, base = grpo_base
+    run = copy_run(base, tmp_path / "run")
+    asked: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", asked.append)
+    assert main(["eval", str(run), "--quiet", "-o", "torch_threads=1"]) == 0
+    assert asked == [1]

@@ -502,6 +502,15 @@ def _eval_config_and_out(
     raise HonedError(f"{checkpoint} is outside a run directory: pass --out FILE for the result")
 
 
+def _use_threads(config: Config) -> None:
+    """The run's `torch_threads`, as training used: another count makes some CPU kernels sum in
+    another order, and greedy answers can change."""
+    if config.torch_threads:
+        import torch
+
+        torch.set_num_threads(config.torch_threads)
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from honed.envs.base import Reporting
     from honed.models.policy import Policy, SamplingParams
@@ -512,6 +521,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     checkpoint, run = _checkpoint_and_run(Path(args.path))
     reporter = Reporter(enabled=not args.quiet)
     config, out = _eval_config_and_out(args, checkpoint, run, reporter)
+    _use_threads(config)
     envs = build_envs(config)
     check_tree(checkpoint)
     policy = Policy.from_checkpoint(checkpoint, config.policy, config.seed)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 
 import torch
 
-from honed.config import SFTConfig
+from honed.config import SFTCheckConfig, SFTConfig
 from honed.envs.base import Environment, TokenReferences
 from honed.errors import HonedError
 from honed.models.batching import TokenBatch, make_batch, right_pad
@@ -92,6 +92,20 @@ def _batch(
     return batch, right_pad(weights, 0.0, batch.completion_width, torch.float32)
 
 
+def _check(
+    policy: Policy, held_out: list[Example], check: SFTCheckConfig, batch_size: int
+) -> float:
+    """The check's metric on the held-out references; an error when they hold nothing to
+    measure it on (the check could never pass)."""
+    value = check_accuracy(policy, held_out, check.metric, batch_size)
+    if math.isnan(value):
+        raise HonedError(
+            f"sft.check: the {check.split} references hold nothing to measure {check.metric} on "
+            "(no copied word, no token of the model's own); use the other metric or another split"
+        )
+    return value
+
+
 def run_sft(
     policy: Policy,
     envs: Mapping[str, Environment],
@@ -134,13 +148,7 @@ def run_sft(
         if on_step:
             on_step(step, value)
         if check.every and (step % check.every == 0 or step == sft.steps):
-            checks.append(check_accuracy(policy, held_out, check.metric, sft.batch_size))
-            if math.isnan(checks[-1]):
-                raise HonedError(
-                    f"sft.check: the {check.split} references hold nothing to measure "
-                    f"{check.metric} on (no copied word, no token of the model's own); "
-                    "use the other metric or another split"
-                )
+            checks.append(_check(policy, held_out, check, sft.batch_size))
             if on_check:
                 on_check(step, checks[-1])
             if checks[-1] >= check.threshold:
