@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from honed.models.policy import Policy
-from honed.serve.engine import Engine, Job, RowSettings
+from honed.serve.engine import Engine, Generated, Job, RowSettings
 from honed.serve.prompts import chat_format, chat_ids, text_ids
 from honed.serve.protocol import (
     ChatRequest,
@@ -39,7 +39,7 @@ from honed.serve.protocol import (
     ServeError,
     parse,
 )
-from honed.serve.replies import chat_body, completion_body, finish, generate_body
+from honed.serve.replies import Choice, chat_body, completion_body, finish, generate_body
 from honed.serve.weights import reload_policy
 from honed.types import derive_seed
 
@@ -163,18 +163,7 @@ class ServedModel:
         limits = [self.limit(len(p), req.max_tokens) for p in prompts]
         settings = _settings(req.temperature, req.top_p, req.stop_token_ids)
         outs = await self.sample(prompts, req.n, limits, settings, req.seed, req.logprobs or 0)
-        extra = req.stop_token_ids or []
-        choices = [
-            finish(
-                policy,
-                o,
-                req.stops,
-                extra,
-                req.skip_special_tokens,
-                req.include_stop_str_in_output,
-            )
-            for o in outs
-        ]
+        choices = _finished(policy, outs, req)
         return completion_body(
             policy,
             self.name,
@@ -196,18 +185,7 @@ class ServedModel:
         settings = _settings(req.temperature, req.top_p, req.stop_token_ids)
         top = (req.top_logprobs or 0) if req.logprobs else 0
         outs = await self.sample([prompt], req.n, [limit], settings, req.seed, top)
-        extra = req.stop_token_ids or []
-        choices = [
-            finish(
-                policy,
-                o,
-                req.stops,
-                extra,
-                req.skip_special_tokens,
-                req.include_stop_str_in_output,
-            )
-            for o in outs
-        ]
+        choices = _finished(policy, outs, req)
         return chat_body(
             policy,
             self.name,
@@ -281,6 +259,18 @@ async def _json(request: Request) -> Any:
         return json.loads(b"".join(chunks))
     except ValueError:
         raise ServeError(400, "the request body is not valid JSON") from None
+
+
+def _finished(
+    policy: Policy, outs: Sequence[Generated], req: CompletionRequest | ChatRequest
+) -> list[Choice]:
+    """Each sample cut at the request's stop strings and stop tokens, as the OpenAI routes
+    return them."""
+    extra = req.stop_token_ids or []
+    return [
+        finish(policy, o, req.stops, extra, req.skip_special_tokens, req.include_stop_str_in_output)
+        for o in outs
+    ]
 
 
 def _settings(
