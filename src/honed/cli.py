@@ -9,10 +9,10 @@ import sys
 import traceback
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar, get_args
 
 from honed import __version__
-from honed.config import Config, load_config, load_model
+from honed.config import Config, DtypeName, load_config, load_model
 from honed.errors import HonedDeprecationWarning, HonedError
 from honed.models.sources import is_checkpoint
 from honed.runs import run_state
@@ -180,9 +180,7 @@ def _add_serve_parser(sub: argparse._SubParsersAction) -> None:
         help="the environment variable holding the key clients must send as a bearer token",
     )
     serve.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
-    serve.add_argument(
-        "--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16")
-    )
+    serve.add_argument("--dtype", default="auto", choices=("auto", *get_args(DtypeName)))
     serve.add_argument("--seed", type=int, default=0, help="initialises the tiny policy")
     serve.add_argument(
         "--max-batch", type=int, default=32, help="most completions generated together"
