@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from censoring import crossing
 from common import machine
 from efficiency_report import report
 
@@ -71,7 +72,7 @@ GENERATION_ARMS = {"skip": (True, False), "screen": (False, True), "skip+screen"
 # what may differ between result files reported together (`--results A.json B.json`)
 VARY_BETWEEN_FILES = {
     *("seeds", "jobs", "threads", "out", "plot", "work", "results", "machine", "date"),
-    *("gains", "gain", "collect"),
+    *("gains", "gain", "collect", "stopped_at"),
     *("arms", "strategies", "baseline"),  # files may hold other arms of a seed (merged below)
 }
 ARMS = tuple(
@@ -162,6 +163,18 @@ class TimedTrainer(GRPOTrainer):
 
     train_cpu_s = 0.0
     train_wall_s = 0.0
+    # `--stop-at-targets`: the gain over the warm-start after which the run stops (None: at its
+    # budget); the run up to there is the same as without it, so are its crossings of every
+    # target up to this one
+    stop_gain: float | None = None
+
+    def done(self) -> bool:
+        if self.stop_gain is not None and self.final_eval is not None:
+            accuracy = (self.initial_eval["accuracy"], self.final_eval["accuracy"])
+            curve = [[0, accuracy[0], 0], [self.step, accuracy[1], 0]]
+            if not crossing(curve, self.stop_gain, 0).censored:
+                return True
+        return super().done()
 
     def train_step(self) -> dict[str, float]:
         wall, cpu = time.perf_counter(), time.process_time()
@@ -186,10 +199,16 @@ def levels_of(row: dict[str, Any]) -> dict[str, float]:
 def run(seed: int, arm: str, warm: Path, work: Path, args: argparse.Namespace) -> dict:
     config = bench_config(seed, arm, args)
     run_dir = RunDir(work / f"{arm}-{seed}")
-    run_dir.checkpoints.mkdir(parents=True)
-    shutil.copytree(warm, run_dir.warmstart)  # same starting policy for every arm
+    run_dir.create()
+    # the same starting policy for every arm, written as honed writes a checkpoint (listed in
+    # the run's manifest, so that honed takes the folder as its own)
+    run_dir.write_checkpoint(
+        run_dir.warmstart, lambda to: shutil.copytree(warm, to, dirs_exist_ok=True)
+    )
     started, cpu_started = time.perf_counter(), time.process_time()
-    summary = TimedTrainer(config, run_dir).train()
+    trainer = TimedTrainer(config, run_dir)
+    trainer.stop_gain = max(args.gains) if args.stop_at_targets else None
+    summary = trainer.train()
     return result_of(seed, arm, run_dir, summary) | {
         "seconds": round(time.perf_counter() - started, 1),
         "cpu_seconds": round(time.process_time() - cpu_started, 1),
@@ -324,7 +343,7 @@ def warm_start(seed: int, work: Path, args: argparse.Namespace) -> tuple[Path, d
     )
     policy = Policy.from_config(config.policy, config.seed)
     stats = run_sft(policy, pools, config.sft, derive_seed(config.seed, "sft"))
-    policy.save(trainer.run.warmstart)
+    trainer.run.write_checkpoint(trainer.run.warmstart, policy.save)
     return trainer.run.warmstart, {
         "sft_examples": int(stats["sft/examples"]),
         "held_out_removed": removed,
@@ -398,6 +417,13 @@ def build_parser(doc: str, defaults: dict[str, Any] | None = None) -> argparse.A
         help="targets: held-out accuracy this far above the warm-start's",
     )
     parser.add_argument("--gain", type=float, help="one target only (the older option)")
+    parser.add_argument(
+        "--stop-at-targets",
+        action="store_true",
+        help="end each run at the evaluation where it reached the highest of --gains instead of "
+        "at its budget (rollouts, tokens and time to each target are unchanged; the final "
+        "accuracy is then the accuracy there, and higher targets cannot be reported)",
+    )
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--temperature", type=float, default=0.7, help="rollout sampling")
     parser.add_argument("--sft-steps", type=int, default=150)
@@ -444,6 +470,9 @@ def load_results(paths: list[Path]) -> tuple[dict, list[dict]]:
         saved = json.loads(path.read_text())
         these = saved["setting"]
         these["arms"] = these.get("arms") or these["strategies"]
+        if these.get("stop_at_targets"):  # the lowest target at which some file's runs stopped
+            stop = max(these["gains"])
+            these["stopped_at"] = min(stop, setting.get("stopped_at") or stop)
         differ = {
             key
             for key in these.keys() & setting.keys()
@@ -478,6 +507,12 @@ def main(argv: list[str] | None = None, doc: str = __doc__, defaults: dict | Non
         args.gains = [args.gain]
     if args.results:  # report saved runs again (other targets, a plot) without running them
         setting, results = load_results(args.results)
+        stopped_at = setting.get("stopped_at")
+        if stopped_at is not None and max(args.gains) > stopped_at + 1e-9:
+            raise SystemExit(
+                f"these runs stopped at warm-start + {stopped_at:g} (--stop-at-targets): "
+                f"no target above it can be reported (--gains {max(args.gains):g})"
+            )
         args = argparse.Namespace(
             **(
                 {"baseline": "uniform"}
