@@ -111,6 +111,16 @@ def env_spec(text: str) -> dict:
         ) from None
 
 
+def step_cap(settings: dict[str, Any], args: argparse.Namespace) -> int:
+    """`--max-steps`, or for an arm that screens, enough steps for the rollout budget to end
+    the run: a step there may generate only `--screen-rollouts` per group (all its groups
+    stopped by the screen), so `--max-steps`, sized for full groups, would end it first."""
+    if not settings["screening"]:
+        return args.max_steps
+    least = args.prompts * settings["screening"]
+    return max(args.max_steps, -(-args.max_rollouts // least))
+
+
 def bench_config(seed: int, arm: str, args: argparse.Namespace, sft_pool: bool = False) -> Config:
     env_args = {"validation_size": args.validation_size}
     settings = arm_settings(arm, args)
@@ -133,7 +143,7 @@ def bench_config(seed: int, arm: str, args: argparse.Namespace, sft_pool: bool =
             ],
             "sft": {"steps": args.sft_steps, "batch_size": 64, "learning_rate": 2e-3},
             "trainer": {
-                "max_steps": args.max_steps,
+                "max_steps": step_cap(settings, args),
                 "max_rollouts": args.max_rollouts,
                 "prompts_per_step": args.prompts,
                 "num_generations": args.generations,

@@ -73,3 +73,19 @@ def test_stop_at_targets_ends_a_run_at_the_evaluation_that_reached_the_highest(
     # read as censored when they only stopped early
     with pytest.raises(SystemExit, match="stopped at warm-start"):
         main(["--results", str(tmp_path / "stop.json"), "--gains", "0.1"])
+
+
+def test_an_arm_that_screens_is_ended_by_its_rollout_budget_not_the_step_cap() -> None:
+    from argparse import Namespace
+
+    from sample_efficiency import arm_settings, step_cap
+
+    # 4 groups of 4, a screen of 2: a step may generate only 8 rollouts, so 600 take 75 steps
+    args = Namespace(max_steps=10, max_rollouts=600, prompts=4, generations=4, screen_rollouts=2)
+    args.dynamic_sampling = True
+    assert step_cap(arm_settings("screen-nods", args), args) == 75
+    assert step_cap(arm_settings("skip+screen", args), args) == 75
+    # the other arms keep --max-steps (the length of easy_first's and competence_based's
+    # schedules too)
+    assert step_cap(arm_settings("uniform-nods", args), args) == 10
+    assert step_cap(arm_settings("easy_first", args), args) == 10
