@@ -30,6 +30,53 @@ def test_a_completion_depends_on_its_prompt_and_seed_not_on_its_batch(small_poli
     assert together[0].completion_ids != together[1].completion_ids
 
 
+def test_a_prefix_shared_by_the_batch_is_run_once_and_changes_no_sample(small_policy):
+    """Multi-turn prompts repeat a long system message in every row; with `share_prefix` it is
+    prefilled once. Samples are those of each prompt alone here (a separate forward rounds
+    differently in the last bits, so log-probs agree to float32 accumulation error, not bit for
+    bit; on a 49k vocabulary a tail token can differ now and then, which is why it is opt-in)."""
+    from honed.models import generation
+
+    system = "You sort numbers. Reply with the sorted list only, smallest first. " * 2
+    prompts = _ids(small_policy, [system + q for q in ("3 1 2", "9 8", "5 5 1 0", "3 1 2")])
+    prompts.append(_ids(small_policy, [system])[0])  # the prefix itself, as a whole prompt
+    assert generation.shared_prefix(prompts) == len(prompts[-1]) - 1
+    seeds = [1, 2, 3, 4, 5]
+    params = SamplingParams(temperature=1.0, max_tokens=8, share_prefix=True)
+    widths = []
+    forward = small_policy.model.forward
+
+    def counting(*args, **kwargs):
+        widths.append(kwargs["input_ids"].shape)
+        return forward(*args, **kwargs)
+
+    small_policy.model.forward = counting
+    try:
+        together = small_policy.generate(prompts, seeds, params)
+    finally:
+        del small_policy.model.forward
+    # the prefix once (one row), then each distinct prompt's own tokens (four rows)
+    assert widths[0] == (1, len(prompts[-1]) - 1)
+    assert widths[1] == (4, max(len(p) for p in prompts) - widths[0][1])
+    alone = [
+        small_policy.generate([p], [s], params)[0] for p, s in zip(prompts, seeds, strict=True)
+    ]
+    for a, b in zip(together, alone, strict=True):
+        assert a.completion_ids == b.completion_ids
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
+    # off (the default), every row runs its whole prompt: its sample is its own, bit for bit
+    widths.clear()
+    small_policy.model.forward = counting
+    try:
+        small_policy.generate(prompts, seeds, SamplingParams(temperature=1.0, max_tokens=8))
+    finally:
+        del small_policy.model.forward
+    assert widths[0] == (4, max(len(p) for p in prompts))
+    # a short common prefix is not worth a forward of its own
+    assert generation.shared_prefix(_ids(small_policy, ["ab 1", "ab 2"])) == 0
+    assert generation.shared_prefix(prompts[:1]) == 0
+
+
 def test_generation_stops_at_eos_and_flags_truncation(small_policy):
     eos = small_policy.eos_id
     # make EOS overwhelmingly likely after the first token
@@ -91,3 +138,13 @@ def test_character_tokenizer_round_trips_text():
     ids = tok(text)["input_ids"]
     assert ids[0] == tok.bos_token_id and len(ids) == len(text) + 1
     assert tok.decode(ids, skip_special_tokens=True) == text
+
+
+def test_the_trainers_share_prefix_reaches_the_sampler(tmp_path, small_policy):
+    from honed.config import Config
+    from honed.distributed import build_backend
+
+    for share in (False, True):
+        config = Config.model_validate({"trainer": {"share_prefix": share}})
+        backend = build_backend(config, {}, small_policy, tmp_path)
+        assert backend.generator.params.share_prefix is share

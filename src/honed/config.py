@@ -451,6 +451,13 @@ class TrainerConfig(Strict):
         False,
         description="No loss on completions cut at `max_completion_length` (as in TRL).",
     )
+    share_prefix: bool = Field(
+        False,
+        description="Sampling prefills the prompt tokens every row of a batch shares (system "
+        "message, tools, example conversations: most of a multi-turn prompt) once instead of "
+        "once per row. Same distribution; a row's exact draw may then depend on its batch "
+        "(a separate forward rounds differently in the last bits), so off by default.",
+    )
     overlong_buffer: int = Field(
         0,
         ge=0,
