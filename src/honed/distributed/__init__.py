@@ -76,12 +76,7 @@ def build_backend(
     """The configured backend; the caller sends it the current weights before the first step.
     With several learner processes (`learners`), rank 0 alone pushes weights to servers."""
     dist, settings = config.distributed, config.trainer
-    params = SamplingParams(
-        settings.temperature,
-        settings.top_p,
-        settings.max_completion_length,
-        settings.share_prefix,
-    )
+    params = SamplingParams.of(settings)
     clients, weight_sync = [], None
     if dist.server is not None:
         clients = server_clients(dist.server)

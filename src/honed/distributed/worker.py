@@ -64,12 +64,7 @@ class RolloutWorker:
         self.settings = config.trainer
         self.envs = build_envs(config.envs, config.seed)
         self.policy = Policy.from_config(config.policy, config.seed)
-        params = SamplingParams(
-            self.settings.temperature,
-            self.settings.top_p,
-            self.settings.max_completion_length,
-            self.settings.share_prefix,
-        )
+        params = SamplingParams.of(self.settings)
         server = config.distributed.server
         self.served_model: str | None = None
         self.generator = (

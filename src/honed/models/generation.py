@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
 
+from honed.config import TrainerConfig
 from honed.models.batching import distinct_prompts, left_pad, positions_of
 from honed.models.device import model_device
 from honed.models.kvcache import InPlaceLayer, cache_argument, sampling_cache
@@ -38,6 +39,16 @@ class SamplingParams:
     top_p: float = 1.0
     max_tokens: int = 256
     share_prefix: bool = False
+
+    @classmethod
+    def of(cls, settings: TrainerConfig) -> SamplingParams:
+        """The rollouts' sampling as the trainer's settings ask (every backend and worker)."""
+        return cls(
+            settings.temperature,
+            settings.top_p,
+            settings.max_completion_length,
+            settings.share_prefix,
+        )
 
 
 @dataclass
