@@ -482,7 +482,7 @@ def load_results(paths: list[Path]) -> tuple[dict, list[dict]]:
         these["arms"] = these.get("arms") or these["strategies"]
         if these.get("stop_at_targets"):  # the lowest target at which some file's runs stopped
             stop = max(these["gains"])
-            these["stopped_at"] = min(stop, setting.get("stopped_at") or stop)
+            these["stopped_at"] = min(stop, setting.get("stopped_at", stop))
         differ = {
             key
             for key in these.keys() & setting.keys()
