@@ -152,6 +152,19 @@ def test_a_template_whose_format_is_unknown_must_be_told():
     assert chat_for(tokenizer, tool_format="llama3_json").tool_format == "llama3_json"
 
 
+def test_without_tools_any_template_will_do_and_nothing_is_described():
+    """`tools: []` (the no-tools baseline) on a template with no known call format: no error,
+    the prompt is the template's own, and a call written anyway is read as Hermes'."""
+    template = QWEN_LIKE.replace("<tool_call>", "<call>").replace("</tool_call>", "</call>")
+    tokenizer = tokenizer_with(template, QWEN_SPECIALS)
+    chat = chat_for(tokenizer, tools=[])
+    assert chat.tool_format == "hermes" and chat.tool_note is None
+    prompt = text(chat, chat.prompt_ids(ASK))
+    assert "tool" not in prompt and prompt == tokenizer.apply_chat_template(
+        ASK, add_generation_prompt=True, tokenize=False
+    )
+
+
 def test_unusable_set_ups_are_clear_errors():
     tokenizer = build_char_tokenizer()
     with pytest.raises(HonedError, match="no special token"):

@@ -90,6 +90,8 @@ class ChatFormat:
         source = str(tokenizer.chat_template)
         if tool_format == "auto":
             found = detect_format(source) if self.renders_tools else "hermes"
+            if found is None and not self.tools:
+                found = "hermes"  # nothing to describe; a call written anyway is read as Hermes'
             if found is None:
                 raise HonedError(
                     "cannot tell which tool-call format this chat template teaches (no "

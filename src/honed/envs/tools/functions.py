@@ -92,9 +92,11 @@ def _matches(value: Any, allowed: list[str]) -> bool:
 
 def load_tools(specs: Sequence[Any], where: str) -> list[Tool]:
     """The tools named by `specs` (`module:function`, `path/to/file.py:function`, or the
-    functions themselves); names must be unique."""
-    if isinstance(specs, str) or not isinstance(specs, Sequence) or not specs:
-        raise HonedError(f"{where}: tools must be a non-empty list of 'module:function' names")
+    functions themselves); names must be unique. An empty list is allowed: the same task
+    without tools (no tool description in the prompt, every call answered by an error) is the
+    baseline that says what the tools are worth."""
+    if isinstance(specs, str) or not isinstance(specs, Sequence):
+        raise HonedError(f"{where}: tools must be a list of 'module:function' names")
     tools: list[Tool] = []
     for spec in specs:
         fn = load_object(ImportSpec.named(spec, "tool"), "tool") if isinstance(spec, str) else spec
