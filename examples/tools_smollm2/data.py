@@ -58,11 +58,14 @@ def row(rng: random.Random) -> dict:
         {"role": "user", "content": f"What is {text}?"},
     ]
     reference = [
-        {"role": "assistant", "tool_calls": [{"function": {"name": "calculator", "arguments": {"expression": text}}}]},
+        {
+            "role": "assistant",
+            "tool_calls": [{"function": {"name": "calculator", "arguments": {"expression": text}}}],
+        },
         {"role": "assistant", "content": str(answer)},
     ]
     return {
-        "messages": messages,
+        "prompt": messages,
         "question": f"What is {text}?",
         "answer": str(answer),
         "kind": kind,
