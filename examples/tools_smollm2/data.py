@@ -1,5 +1,5 @@
 """Generate the calculator task for `examples/tools_smollm2.yaml`: arithmetic a 135M chat model
-cannot do in its head, and a `calc` tool that makes it solvable.
+cannot do in its head, and a `calculator` tool (tools.py) that makes it solvable.
 
     python examples/tools_smollm2/data.py     # rewrites train.jsonl and test.jsonl
 
@@ -9,9 +9,9 @@ Questions are asked in words, three kinds, drawn with equal weight:
 - `sub`:   "What is 9305 - 2748?"         four-digit differences, never negative
 - `mul`:   "What is 482 * 37?"            three digits times two
 
-Each prompt is one solved example conversation (a sum looked up through `calc`, then the number),
-then the question: SmolLM2-135M-Instruct, told about the tool only in its system message, answers
-in prose and never calls it; with one example of a call it does, often. Which kinds it then
+Each prompt is one solved example conversation (a sum worked out with `calculator`, then the
+number), then the question: a 135M chat model told about a tool only in its system message
+seldom calls it; with one example of a call it does, often (the README has both measured). Which kinds it then
 solves, how it writes the call for a kind the example does not show (the example only adds), and
 whether it copies the result into its answer, is what the reward teaches. Each row holds its
 answer, its kind and a reference conversation (the reference solver's row in `honed eval`).
