@@ -10,6 +10,7 @@ example's and the product's.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -106,3 +107,30 @@ def test_clean_calls_credits_only_an_answer_after_calls_that_all_went_right(shop
     # right; a failed call; an unreadable call; out of turns
     assert rewards.clean_calls(episodes) == [1.0, 0.0, 0.0, 0.0]
     assert rewards.call_errors(episodes) == [0.0, -1.0, -1.0, 0.0]
+
+
+def test_seeds_py_tabulates_each_run_and_counts_the_gains(tmp_path):
+    """examples/tools/seeds.py's table (the robustness table of examples/tools/README.md) is
+    read from the runs' summaries; a run without one is left out."""
+    spec = importlib.util.spec_from_file_location("tools_seeds", EXAMPLE / "seeds.py")
+    seeds = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(seeds)
+    for name, start, end in (("s0_t1", 0.6, 0.9), ("s10_t2", 0.5, 0.55), ("s1_t1", 0.4, None)):
+        (tmp_path / name).mkdir()
+        if end is None:
+            continue  # still running
+        evals = [
+            {"accuracy": value, "episodes/shop/max_turns": turns}
+            for value, turns in ((start, 0.3), (end, 0.0))
+        ]
+        summary = {
+            "initial_eval": evals[0],
+            "final_eval": evals[1],
+            "warmstart": {"sft/steps": 1400.0, "sft/check/copy_accuracy": 0.983},
+            "seconds": 1347.0,
+        }
+        (tmp_path / name / "summary.json").write_text(json.dumps(summary))
+    lines = seeds.table(tmp_path).splitlines()
+    assert lines[2] == "| 0 | 1 | 1400 | 0.983 | 0.600 | 0.900 | +0.300 | 0.300 → 0.000 | 22.4 |"
+    assert lines[3].startswith("| 10 | 2 |") and "+0.050" in lines[3] and len(lines) == 6
+    assert lines[5].endswith("1 of 2 gain at least 0.15")
