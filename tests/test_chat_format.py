@@ -197,6 +197,11 @@ def test_the_real_smollm2_template_ignores_tools_so_honed_describes_them():
     assert prompt.startswith("<|im_start|>system\nYou can call the tools")
     assert prompt.endswith("<|im_start|>user\nprice of kx?<|im_end|>\n<|im_start|>assistant\n")
     written = chat.assistant_text(ASK, CALL)
+    # OpenAI messages with tool calls may leave `content` out; SmolLM2's template reads
+    # `message['content']` and would fail on one as it stands.
+    bare = {k: v for k, v in CALL.items() if k != "content"}
+    assert chat.assistant_text(ASK, bare) == written
+    assert chat.assistant_text(ASK, {**CALL, "content": None}) == written
     history = [*ASK, {"role": "assistant", "content": written}]
     bridge = text(chat, chat.bridge_ids(history, [{"role": "tool", "content": "47"}]))
     assert bridge == "\n<|im_start|>tool\n47<|im_end|>\n<|im_start|>assistant\n"

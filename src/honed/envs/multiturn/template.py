@@ -184,7 +184,9 @@ class ChatFormat:
         calls = [_call_of(c) for c in message.get("tool_calls") or []]
         content = message.get("content") or ""
         before = self.render(history, True)
-        after = self.render([*history, message], False)
+        # A message with tool calls may have no `content` (OpenAI's format allows it); templates
+        # that read it unguarded (SmolLM2's) would fail on it.
+        after = self.render([*history, {**message, "content": content}], False)
         if after.startswith(before):
             body = after[len(before) :]
             end = body.find(self.end_of_turn)
