@@ -5,10 +5,10 @@ warm-start and GRPO reached on each (the robustness table of examples/tools/READ
     python examples/tools/seeds.py --out runs/tools_seeds --table      # the table only
 
 Each run is `honed train examples/tools.yaml --run-dir OUT/s{seed}_t{threads} -o seed=S -o
-torch_threads=T`; a run whose `summary.json` exists is not run again. Two thread counts stand in
-for two CPUs (the issue that asked for this table had the example fail on another CPU): kernels
-that split a reduction over threads add its partial sums in another order, which moves the
-last bits of the weights as another CPU's kernels would.
+torch_threads=T`; a run whose `summary.json` exists is not run again. Two thread counts were meant
+as a stand-in for two CPUs (kernels that split a sum over threads add it in another order); on
+the AMD EPYC VM the example's runs at one and two threads were bit-identical
+(examples/tools/README.md).
 """
 
 from __future__ import annotations
