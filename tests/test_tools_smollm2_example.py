@@ -29,15 +29,15 @@ SHAPE = TinyModelConfig(
 )
 
 
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"tools_smollm2_{name}", EXAMPLE / f"{name}.py")
+def load(path: Path):
+    spec = importlib.util.spec_from_file_location(f"example_{path.parent.name}_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 def test_the_shipped_data_is_what_data_py_generates(tmp_path, monkeypatch):
-    data = load("data")
+    data = load(EXAMPLE / "data.py")
     monkeypatch.setattr(data, "HERE", tmp_path)
     data.main()
     for name in ("train.jsonl", "test.jsonl"):
@@ -45,7 +45,7 @@ def test_the_shipped_data_is_what_data_py_generates(tmp_path, monkeypatch):
 
 
 def test_the_reward_reads_the_last_number_of_a_final_answer():
-    correct = load("rewards").correct
+    correct = load(EXAMPLE / "rewards.py").correct
     answers = ["6912"] * 4
     completions = [
         [{"role": "assistant", "content": "The answer is 6,912."}],
@@ -57,7 +57,7 @@ def test_the_reward_reads_the_last_number_of_a_final_answer():
 
 
 def test_the_calculator_evaluates_arithmetic_only():
-    calculator = load("tools").calculator
+    calculator = load(ROOT / "examples" / "tools" / "tools.py").calculator
     assert calculator("482 * 37") == 17834 and calculator("(9305 - 2748) / 2") == 3278.5
     with pytest.raises(ValueError, match="only numbers"):
         calculator("__import__('os')")

@@ -1,4 +1,5 @@
-"""The example's tools: a lookup over the generated price table and a calculator.
+"""The example's tools: a lookup over the generated price table and a calculator (also, as
+`calculator`, the tool of examples/tools_smollm2.yaml).
 
 Plain typed functions with docstrings: honed builds each tool's JSON schema from them
 (transformers' `get_json_schema`) and the chat template shows them to the model.
@@ -40,6 +41,15 @@ def calc(expression: str) -> int | float:
     """
     value = _evaluate(ast.parse(expression, mode="eval").body)
     return int(value) if float(value).is_integer() else round(value, 4)
+
+
+def calculator(expression: str) -> int | float:
+    """Evaluate an arithmetic expression with + - * / and parentheses.
+
+    Args:
+        expression: the expression, for example "482 * 37"
+    """
+    return calc(expression)
 
 
 def _evaluate(node: ast.AST) -> float:

@@ -1,5 +1,5 @@
 """Generate the calculator task for `examples/tools_smollm2.yaml`: arithmetic a 135M chat model
-cannot do in its head, and a `calculator` tool (tools.py) that makes it solvable.
+cannot do in its head, and a `calculator` tool (examples/tools/tools.py) that makes it solvable.
 
     python examples/tools_smollm2/data.py     # rewrites train.jsonl and test.jsonl
 
@@ -11,9 +11,10 @@ Questions are asked in words, three kinds, drawn with equal weight:
 
 Each prompt is one solved example conversation (a sum worked out with `calculator`, then the
 number), then the question: a 135M chat model told about a tool only in its system message
-seldom calls it; with one example of a call it does, often (the README has both measured). Which kinds it then
-solves, how it writes the call for a kind the example does not show (the example only adds), and
-whether it copies the result into its answer, is what the reward teaches. Each row holds its
+seldom calls it; with one example of a call it does, often (the README has both measured).
+Which kinds it then solves, how it writes the call for a kind the example does not show (the
+example only adds), and whether it copies the result into its answer, is what the reward
+teaches. Each row holds its
 answer, its kind and a reference conversation (the reference solver's row in `honed eval`).
 """
 
