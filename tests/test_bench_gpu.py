@@ -1,9 +1,10 @@
-"""`bench/gpu.py` cannot rot: it runs end to end on the CPU with a tiny model of the same family
-(the very code a GPU runs), and without a GPU it says so and exits 0."""
+"""`bench/gpu.py` and `bench/memalpha_gpu.py` cannot rot: they run end to end on the CPU with a
+tiny model of the same family (the very code a GPU runs), and without a GPU say so and exit 0."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -12,13 +13,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from honed.models.sources import MODELS
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run(*args: str) -> subprocess.CompletedProcess:
+def _run(*args: str, script: str = "gpu.py") -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
     return subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "gpu.py"), *args],
+        [sys.executable, str(ROOT / "bench" / script), *args],
         capture_output=True,
         text=True,
         env=env,
@@ -54,4 +57,37 @@ def test_gpu_bench_without_a_gpu_says_so():
     if torch.cuda.is_available():
         return
     out = _run()
+    assert out.returncode == 0 and "no CUDA device" in out.stdout
+
+
+@pytest.mark.skipif(
+    MODELS["smollm2-135m-instruct"].path() is None and not os.environ.get("HONED_REQUIRE_SMOLLM2"),
+    reason=f"SmolLM2's tokenizer is used; to run: {MODELS['smollm2-135m-instruct'].install}",
+)
+def test_memalpha_gpu_bench_runs_the_recipe_on_the_cpu_with_a_tiny_model(tmp_path):
+    """The Mem-α recipe's short run at a shrunk Qwen3 shape: two GRPO steps through `honed
+    train`, their times and peak memory from the run's metrics, the final checkpoint written."""
+    pytest.importorskip("pyarrow", reason="the Mem-α fixtures are parquet: pip install pyarrow")
+    summary_file = tmp_path / "summary.json"
+    out = _run(
+        *("--device", "cpu", "--tiny", "--steps", "2", "--prompts", "2", "--generations", "2"),
+        *("--tokens", "8", "--work", str(tmp_path / "work"), "--json", str(summary_file)),
+        script="memalpha_gpu.py",
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(summary_file.read_text())
+    assert summary["steps"] == 2 and summary["rollouts_per_step"] == 4
+    assert 1e6 < summary["parameters"] < 1e7  # the tiny shape with SmolLM2's 49,152 tokens
+    for key in ("median_step_s", "median_rollout_s", "median_update_s", "peak_memory_gb"):
+        assert summary[key] > 0, key
+    assert summary["checkpoint_gb"] > 0  # weights and optimizer state of the final step
+    lines = (tmp_path / "work" / "run" / "metrics.jsonl").read_text().splitlines()
+    steps = [json.loads(line) for line in lines if "perf/step_time" in line]
+    assert [r["step"] for r in steps] == [1, 2]
+
+
+def test_memalpha_gpu_bench_without_a_gpu_says_so():
+    if torch.cuda.is_available():
+        return
+    out = _run(script="memalpha_gpu.py")
     assert out.returncode == 0 and "no CUDA device" in out.stdout

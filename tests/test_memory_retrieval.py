@@ -1,5 +1,10 @@
 """BM25 retrieval over the memory and the two readers."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from honed.envs.memory.data import Question
@@ -14,6 +19,8 @@ from honed.envs.memory.retrieval import (
 )
 from honed.envs.memory.store import CORE, EPISODIC, SEMANTIC, Memory
 from honed.errors import HonedError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _memory() -> Memory:
@@ -121,3 +128,24 @@ def test_make_reader_checks_its_arguments():
         make_reader("llm")
     with pytest.raises(HonedError, match="did you mean 'retrieval'"):
         make_reader("retreival")
+
+
+def test_bm25s_is_loaded_without_jax_so_that_jax_never_takes_the_gpu(tmp_path):
+    """bm25s imports and runs JAX at import when JAX is installed, and JAX's first use on a
+    GPU reserves most of its memory (a GRPO run of a 3.8 B policy ran out of memory on an H100
+    that way). A stand-in `jax` package that records being imported must stay untouched."""
+    fake = tmp_path / "jax"
+    fake.mkdir()
+    marker = tmp_path / "imported"
+    (fake / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    (fake / "lax.py").write_text("def top_k(scores, k):\n    raise RuntimeError('jax used')\n")
+    code = (
+        "from honed.envs.memory.retrieval import bm25_top\n"
+        "print(bm25_top(['red apple', 'blue sky', 'green tree'], ['apple'], 1))\n"
+    )
+    paths = [str(tmp_path), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[[0]]"
+    assert not marker.exists()

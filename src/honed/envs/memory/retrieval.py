@@ -27,12 +27,14 @@ and left out of the mean):
 
 from __future__ import annotations
 
+import importlib
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from types import ModuleType
 from typing import Any, Protocol
 
-import bm25s
 from pydantic import ValidationError
 
 from honed.envs.memory.data import Question
@@ -41,6 +43,25 @@ from honed.envs.memory.metrics import metric_for, query_instruction, score_answe
 from honed.envs.memory.store import LISTS, Memory
 from honed.errors import HonedError, did_you_mean
 
+
+def _import_bm25s() -> ModuleType:
+    """bm25s, imported without JAX unless the program already uses JAX.
+
+    bm25s imports `jax.lax` when JAX is installed and runs a JAX operation at import, and JAX's
+    first use on a GPU reserves most of the GPU's memory for itself (XLA's preallocation): a
+    full fine-tuning run of a 3.8 B-parameter policy ran out of memory on an 80 GB GPU that way.
+    honed picks BM25's top k with numpy (`bm25_top`), so JAX is marked absent while bm25s loads.
+    """
+    if "jax" in sys.modules:
+        return importlib.import_module("bm25s")
+    sys.modules["jax"] = None  # type: ignore[assignment]  # `import jax...` raises ImportError
+    try:
+        return importlib.import_module("bm25s")
+    finally:
+        del sys.modules["jax"]
+
+
+bm25s = _import_bm25s()
 READERS = ("retrieval", "llm")
 _TOKEN = r"(?u)\b\w+\b"
 HONED_TOP_K = 5
@@ -104,7 +125,10 @@ def bm25_top(texts: Sequence[str], queries: Sequence[str], k: int) -> list[list[
     retriever = bm25s.BM25()
     retriever.index(bm25s.tokenize(list(texts), **tokenize), show_progress=False)
     docs, _ = retriever.retrieve(
-        bm25s.tokenize(list(queries), **tokenize), k=k, show_progress=False
+        bm25s.tokenize(list(queries), **tokenize),
+        k=k,
+        show_progress=False,
+        backend_selection="numpy",  # the same top k whether or not JAX is installed
     )
     return [[int(i) for i in row] for row in docs]
 
