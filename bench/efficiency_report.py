@@ -161,7 +161,7 @@ def regime(runs: dict[str, dict[int, dict]], seeds: Sequence[int]) -> None:
         elif drawn:
             print(f"  {arm}: groups drawn for the first step {mean_sd(drawn, '{:.0f}')}")
     levels = [r["levels"]["warm_start"] for r in first.values() if r.get("levels")]
-    if levels:
+    if levels and levels[0]:
         keys = sorted(levels[0], key=lambda k: (k.split("/")[0], int(k.split("/")[1])))
         cells = [f"{k}: {statistics.fmean(lv[k] for lv in levels):.2f}" for k in keys]
         print("  warm-start accuracy by level (mean over seeds): " + ", ".join(cells))
@@ -294,10 +294,10 @@ def plot(runs: dict[str, dict[int, dict]], args: argparse.Namespace, out: Path) 
 
 
 def describe(args: argparse.Namespace) -> str:
-    envs = ", ".join(
-        f"{e['name']} levels {e['levels'][0]}-{e['levels'][-1]} (weight {e['weight']:g})"
-        for e in args.env
-    )
+    def span(levels: list[int]) -> str:
+        return f"level {levels[0]}" if len(levels) == 1 else f"levels {levels[0]}-{levels[-1]}"
+
+    envs = ", ".join(f"{e['name']} {span(e['levels'])} (weight {e['weight']:g})" for e in args.env)
     sampling = (
         f"dynamic sampling up to {args.max_rounds} rounds (arms named *-nods: off)"
         if args.dynamic_sampling
@@ -310,8 +310,13 @@ def describe(args: argparse.Namespace) -> str:
         f"{args.sft_train_per_level} per level" if args.sft_train_per_level else "the train split"
     )
     levels = f"levels <= {args.sft_max_level}" if args.sft_max_level else "all levels"
+    start = (
+        f"warm-start {args.sft_steps} steps on {warm}, {levels}"
+        if args.sft_steps
+        else ("no warm-start (every arm from the same initial policy)")
+    )
     return (
-        f"{envs}; warm-start {args.sft_steps} steps on {warm}, {levels}; "
+        f"{envs}; {start}; "
         f"GRPO train items {train}, validation {args.validation_size} per environment; "
         f"{args.prompts} prompts x {args.generations} per step at temperature "
         f"{args.temperature}, {sampling}; {args.max_rollouts:,} rollouts (at most "

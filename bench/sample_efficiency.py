@@ -48,6 +48,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -121,49 +122,60 @@ def step_cap(settings: dict[str, Any], args: argparse.Namespace) -> int:
     return max(args.max_steps, -(-args.max_rollouts // least))
 
 
-def bench_config(seed: int, arm: str, args: argparse.Namespace, sft_pool: bool = False) -> Config:
+# What builds a run's config from (seed, arm, command line): `bench_config`, or another
+# benchmark's on top of `bench_settings`. Every run of every arm, and the warm-start, take
+# their config from it.
+ConfigOf = Callable[[int, str, argparse.Namespace], Config]
+
+
+def bench_config(seed: int, arm: str, args: argparse.Namespace) -> Config:
+    return Config.model_validate(bench_settings(seed, arm, args))
+
+
+def bench_settings(seed: int, arm: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One run's config as plain data, before validation: another benchmark replaces a part
+    (its environments, its policy) and keeps the rest, so that what an arm sets and how a run is
+    budgeted and evaluated stay the same in both."""
     env_args = {"validation_size": args.validation_size}
     settings = arm_settings(arm, args)
 
     def train_size(env: dict) -> dict:  # 0: the environment's default split (4000 items)
-        per_level = args.sft_train_per_level if sft_pool else args.train_per_level
+        per_level = args.train_per_level
         return {"train_size": per_level * len(env["levels"])} if per_level else {}
 
-    return Config.model_validate(
-        {
-            "seed": seed,
-            "torch_threads": args.threads,
-            "envs": [
-                {
-                    "name": e["name"],
-                    "weight": e["weight"],
-                    "args": {"levels": e["levels"], **env_args, **train_size(e)},
-                }
-                for e in args.env
-            ],
-            "sft": {"steps": args.sft_steps, "batch_size": 64, "learning_rate": 2e-3},
-            "trainer": {
-                "max_steps": step_cap(settings, args),
-                "max_rollouts": args.max_rollouts,
-                "prompts_per_step": args.prompts,
-                "num_generations": args.generations,
-                "learning_rate": args.lr,
-                "warmup_steps": 5,
-                "max_completion_length": args.max_completion_length,
-                "temperature": args.temperature,
-                "dynamic_sampling": settings["dynamic_sampling"],
-                "max_sampling_rounds": args.max_rounds,
-                "screening": {"rollouts": settings["screening"]},
-            },
-            "curriculum": {
-                "strategy": settings["strategy"],
-                "skip": {"enabled": settings["skip"]},
-            },
-            "eval": {"split": "validation", "num_items": None, "every": args.eval_every},
-            "checkpoint": {"every": 0},
-            "logging": {"progress": False, "samples_per_step": 0},
-        }
-    )
+    return {
+        "seed": seed,
+        "torch_threads": args.threads,
+        "envs": [
+            {
+                "name": e["name"],
+                "weight": e["weight"],
+                "args": {"levels": e["levels"], **env_args, **train_size(e)},
+            }
+            for e in args.env
+        ],
+        "sft": {"steps": args.sft_steps, "batch_size": 64, "learning_rate": 2e-3},
+        "trainer": {
+            "max_steps": step_cap(settings, args),
+            "max_rollouts": args.max_rollouts,
+            "prompts_per_step": args.prompts,
+            "num_generations": args.generations,
+            "learning_rate": args.lr,
+            "warmup_steps": 5,
+            "max_completion_length": args.max_completion_length,
+            "temperature": args.temperature,
+            "dynamic_sampling": settings["dynamic_sampling"],
+            "max_sampling_rounds": args.max_rounds,
+            "screening": {"rollouts": settings["screening"]},
+        },
+        "curriculum": {
+            "strategy": settings["strategy"],
+            "skip": {"enabled": settings["skip"]},
+        },
+        "eval": {"split": "validation", "num_items": None, "every": args.eval_every},
+        "checkpoint": {"every": 0},
+        "logging": {"progress": False, "samples_per_step": 0},
+    }
 
 
 class TimedTrainer(GRPOTrainer):
@@ -206,15 +218,25 @@ def levels_of(row: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def run(seed: int, arm: str, warm: Path, work: Path, args: argparse.Namespace) -> dict:
-    config = bench_config(seed, arm, args)
+def run(
+    seed: int,
+    arm: str,
+    warm: Path | None,
+    work: Path,
+    args: argparse.Namespace,
+    config_of: ConfigOf = bench_config,
+) -> dict:
+    """One arm of a seed from `warm`, the seed's warm-start (None: from the policy the config
+    builds, the same for every arm of the seed)."""
+    config = config_of(seed, arm, args)
     run_dir = RunDir(work / f"{arm}-{seed}")
     run_dir.create()
-    # the same starting policy for every arm, written as honed writes a checkpoint (listed in
-    # the run's manifest, so that honed takes the folder as its own)
-    run_dir.write_checkpoint(
-        run_dir.warmstart, lambda to: shutil.copytree(warm, to, dirs_exist_ok=True)
-    )
+    if warm is not None:
+        # the same starting policy for every arm, written as honed writes a checkpoint (listed
+        # in the run's manifest, so that honed takes the folder as its own)
+        run_dir.write_checkpoint(
+            run_dir.warmstart, lambda to: shutil.copytree(warm, to, dirs_exist_ok=True)
+        )
     started, cpu_started = time.perf_counter(), time.process_time()
     trainer = TimedTrainer(config, run_dir)
     trainer.stop_gain = max(args.gains) if args.stop_at_targets else None
@@ -248,6 +270,7 @@ def result_of(seed: int, arm: str, run_dir: RunDir, summary: dict) -> dict:
         )
     first = steps.get(1, {})
     last = steps[max(steps)] if steps else {}
+    few_shot = summary.get("initial_eval_few_shot") or {}
     return {
         **groups_spent(list(steps.values())),
         "seed": seed,
@@ -277,7 +300,30 @@ def result_of(seed: int, arm: str, run_dir: RunDir, summary: dict) -> dict:
         },
         "train_cpu_seconds": round(steps[max(steps)]["bench/train_cpu_s"], 1) if steps else 0.0,
         "train_wall_seconds": round(steps[max(steps)]["bench/train_wall_s"], 1) if steps else 0.0,
+        # where the run also evaluated its starting policy with `eval.few_shot` solved train
+        # examples before each prompt: that and the same policy without them, overall and per
+        # environment (the prompting baseline training has to beat)
+        **(
+            {
+                "start": {
+                    "zero_shot": accuracies(summary["initial_eval"]),
+                    "few_shot": accuracies(few_shot),
+                }
+            }
+            if few_shot
+            else {}
+        ),
     }
+
+
+def accuracies(evaluation: dict[str, float]) -> dict[str, float]:
+    """`{"mean": 0.31, "gcd_10": 0.5, ...}`: an evaluation's accuracy, over and per environment."""
+    per_env = {
+        key.removesuffix("/accuracy"): round(value, 4)
+        for key, value in evaluation.items()
+        if key.endswith("/accuracy") and key.count("/") == 1
+    }
+    return {"mean": round(evaluation["accuracy"], 4), **per_env}
 
 
 def collect(work: Path, args: argparse.Namespace) -> list[dict]:
@@ -324,14 +370,20 @@ class _Pool:
         return self.env.sft_examples(item)
 
 
-def warm_start(seed: int, work: Path, args: argparse.Namespace) -> tuple[Path, dict]:
-    """One supervised warm-start per seed, shared by every arm.
+def warm_start(
+    seed: int, work: Path, args: argparse.Namespace, config_of: ConfigOf = bench_config
+) -> tuple[Path | None, dict]:
+    """One supervised warm-start per seed, shared by every arm; none with `--sft-steps 0` (every
+    arm then starts from the policy the config builds: a pretrained model, or the tiny one
+    initialised from the seed).
 
     Its examples come from the environments' training split at `--sft-train-per-level` items per
     level (the GRPO training split is small so that items repeat; a warm-start on it alone would
     memorise it), minus every validation and test item of the GRPO environments.
     """
-    config = bench_config(seed, "uniform", args)
+    if not args.sft_steps:
+        return None, {"sft_examples": 0, "held_out_removed": 0}
+    config = config_of(seed, "uniform", args)
     trainer = GRPOTrainer(config, RunDir(work / f"warm-{seed}"))
     trainer.run.create()
     if not args.sft_train_per_level:  # the GRPO run's own training split
@@ -343,7 +395,9 @@ def warm_start(seed: int, work: Path, args: argparse.Namespace) -> tuple[Path, d
         for split in ("validation", "test")
         for item in env.items(split)
     }
-    sft_config = bench_config(seed, "uniform", args, sft_pool=True)
+    # the same environments with the warm-start's larger training split
+    pool_args = argparse.Namespace(**vars(args) | {"train_per_level": args.sft_train_per_level})
+    sft_config = config_of(seed, "uniform", pool_args)
     pools = {
         name: _Pool(env, held_out, args.sft_max_level)
         for name, env in build_envs(sft_config).items()
@@ -360,14 +414,16 @@ def warm_start(seed: int, work: Path, args: argparse.Namespace) -> tuple[Path, d
     }
 
 
-def run_seed(seed: int, work: Path, args: argparse.Namespace) -> list[dict]:
+def run_seed(
+    seed: int, work: Path, args: argparse.Namespace, config_of: ConfigOf = bench_config
+) -> list[dict]:
     """One seed: its warm-start, then each arm from it."""
     torch.set_num_threads(args.threads)
-    warm, warm_info = warm_start(seed, work, args)
+    warm, warm_info = warm_start(seed, work, args, config_of)
     print(json.dumps({"seed": seed, "warm_start": warm_info}), flush=True)
     results = []
     for arm in args.arms:
-        results.append(run(seed, arm, warm, work, args))
+        results.append(run(seed, arm, warm, work, args, config_of))
         brief = {k: v for k, v in results[-1].items() if k not in ("curve", "levels")}
         print(json.dumps(brief), flush=True)
     return results
@@ -510,7 +566,18 @@ def load_results(paths: list[Path]) -> tuple[dict, list[dict]]:
 
 
 def main(argv: list[str] | None = None, doc: str = __doc__, defaults: dict | None = None) -> None:
-    args = build_parser(doc, defaults).parse_args(argv)
+    execute(build_parser(doc, defaults).parse_args(argv), defaults)
+
+
+def execute(
+    args: argparse.Namespace,
+    defaults: dict | None = None,
+    config_of: ConfigOf = bench_config,
+    report_of: Callable[[argparse.Namespace, list[dict]], None] = report,
+) -> None:
+    """Run the arms (or `--collect` or report `--results`) as the parsed command line says, and
+    report them: another benchmark passes its own command line, its runs' config (`config_of`)
+    and a report of its own that calls `report` (`report_of`)."""
     if not args.env:
         args.env = (defaults or {}).get("env") or [env_spec("sort:2-20:1")]
     if args.gain is not None:
@@ -530,7 +597,7 @@ def main(argv: list[str] | None = None, doc: str = __doc__, defaults: dict | Non
                 | {"gains": args.gains, "plot": args.plot, "results": args.results}
             )
         )
-        report(args, results)
+        report_of(args, results)
         return
     if args.baseline not in args.arms:
         raise SystemExit(f"--baseline {args.baseline} is not one of --arms {args.arms}")
@@ -538,17 +605,17 @@ def main(argv: list[str] | None = None, doc: str = __doc__, defaults: dict | Non
     if args.collect:
         results = collect(args.collect, args)
     else:
-        results = run_all(args)
+        results = run_all(args, config_of)
     if args.out:
         setting = vars(args) | {"env": args.env, "machine": machine(), "date": time.ctime()}
         args.out.write_text(
             json.dumps({"setting": setting, "results": results}, indent=1, default=str)
         )
-    report(args, results)
+    report_of(args, results)
     print(f"elapsed: {time.perf_counter() - started:.0f} s")
 
 
-def run_all(args: argparse.Namespace) -> list[dict]:
+def run_all(args: argparse.Namespace, config_of: ConfigOf = bench_config) -> list[dict]:
     """Every seed and arm, `--jobs` seeds at a time."""
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
@@ -556,9 +623,9 @@ def run_all(args: argparse.Namespace) -> list[dict]:
             context = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
                 n = len(args.seeds)
-                runs = pool.map(run_seed, args.seeds, [work] * n, [args] * n)
+                runs = pool.map(run_seed, args.seeds, [work] * n, [args] * n, [config_of] * n)
                 return [res for seed_results in runs for res in seed_results]
-        return [res for seed in args.seeds for res in run_seed(seed, work, args)]
+        return [res for seed in args.seeds for res in run_seed(seed, work, args, config_of)]
 
 
 if __name__ == "__main__":
