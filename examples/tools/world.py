@@ -1,7 +1,7 @@
 """Generate the example's world: a price table the model can only read through `lookup`, and
 questions that need one or two lookups and some arithmetic (through `calc`).
 
-    python examples/tools/world.py        # rewrites world.json, train.jsonl, test.jsonl
+    python examples/tools/world.py   # rewrites world.json, train.jsonl, test.jsonl, validation.jsonl
 
 Products have two-letter names and prices from 10 to 99, drawn at random, so no rule can guess
 a price and the table is too large for a small model to learn by heart from its warm-start.
@@ -17,7 +17,13 @@ questions (`SEQUENTIAL`) they come from an agent that looked the two products up
 (lookup, lookup, calc, answer: four turns), as if logged with a larger turn budget. The
 example allows three turns (`max_turns: 3`), so an agent that imitates them runs out of turns
 on sums before it answers; only the reward teaches it to call both lookups in one turn. The
-test questions' references (the reference solver) all do.
+held-out questions' references all do: the test split's (the reference solver) and the
+validation split's, on which the warm-start's check measures copying (`sft.check`). The check
+reads names and numbers copied in the turn GRPO must learn, so a warm-start passes it only
+once it copies the second product's name in a one-turn pair, which the mostly sequential
+demonstrations rarely show it; checked on training-like references instead, some seeds
+passed with a warm-start that miscopied it, and GRPO then had no right one-turn answer to
+reinforce.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 SEED = 0
 PRODUCTS = 200
-TRAIN, TEST = 800, 200
+TRAIN, TEST, VALIDATION = 800, 200, 80
 KINDS = ("price", "times", "sum")
 WEIGHTS = (0.2, 0.4, 0.4)
 # Share of the training sum questions whose demonstration looks the two products up one per
@@ -85,8 +91,8 @@ def main() -> None:
     prices = {name: rng.randint(10, 99) for name in sorted(names)}
     (HERE / "world.json").write_text(json.dumps({"prices": prices}) + "\n")
     seen: set[str] = set()
-    splits: dict[str, list[dict]] = {"test": [], "train": []}
-    for split, size in (("test", TEST), ("train", TRAIN)):
+    splits: dict[str, list[dict]] = {"test": [], "train": [], "validation": []}
+    for split, size in (("test", TEST), ("train", TRAIN), ("validation", VALIDATION)):
         while len(splits[split]) < size:
             row = question(rng, prices, SEQUENTIAL if split == "train" else 0.0)
             if row["prompt"] not in seen:  # a question is in one split only
