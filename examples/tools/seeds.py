@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -62,12 +63,12 @@ def table(out: Path) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     gains = []
-    runs = [p for p in out.glob("s*_t*") if p.is_dir()]
-    for run_dir in sorted(runs, key=lambda p: tuple(map(int, p.name[1:].split("_t")))):
+    named = (re.fullmatch(r"s(\d+)_t(\d+)", p.name) for p in out.iterdir() if p.is_dir())
+    runs = sorted((int(m[1]), int(m[2]), out / m[0]) for m in named if m)  # other folders: not runs
+    for seed, threads, run_dir in runs:
         r = row(run_dir)
         if r is None:
             continue
-        seed, threads = run_dir.name[1:].split("_t")
         gains.append(r["end"] - r["start"])
         lines.append(
             f"| {seed} | {threads} | {r['sft_steps']:.0f} | {r['copy']:.3f} | {r['start']:.3f} "

@@ -557,7 +557,9 @@ class SFTConfig(Strict):
         0,
         ge=0,
         description="Supervised warm-start steps on the environments' reference solutions, "
-        "before GRPO (`honed sft` runs them alone); 0: none. With `check.every`, the cap.",
+        "before GRPO (`honed sft` runs them alone); 0: none. With `check.every`, the cap; it "
+        "is also the length of the learning-rate schedule, so another cap changes the "
+        "warm-start even where the check stops it early.",
     )
     batch_size: int = Field(32, ge=1, description="Examples per step.")
     learning_rate: float = Field(1e-3, gt=0, description="AdamW's learning rate, after warm-up.")
