@@ -313,7 +313,7 @@ def describe(args: argparse.Namespace) -> str:
     start = (
         f"warm-start {args.sft_steps} steps on {warm}, {levels}"
         if args.sft_steps
-        else ("no warm-start (every arm from the same initial policy)")
+        else "no warm-start (every arm from the same initial policy)"
     )
     return (
         f"{envs}; {start}; "
