@@ -217,7 +217,8 @@ def rg_report(args: argparse.Namespace, results: list[dict]) -> None:
         )
 
 
-def main(argv: list[str] | None = None) -> None:
+def rg_parser() -> argparse.ArgumentParser:
+    """bench/sample_efficiency.py's command line with this benchmark's defaults and options."""
     parser = build_parser(__doc__, SETTING)
     parser.add_argument("--model", choices=sorted(MODELS), default="smollm2")
     parser.add_argument(
@@ -242,6 +243,11 @@ def main(argv: list[str] | None = None) -> None:
         help="no loss on replies cut at --max-completion-length "
         "(trainer.mask_truncated_completions)",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = rg_parser()
     args = parser.parse_args(argv)
     if args.sft_steps:
         parser.error("--sft-steps: every arm starts from the pretrained model (0)")

@@ -79,3 +79,22 @@ def test_every_arm_counts_its_rollouts_from_the_untrained_policy_beside_its_prom
 def test_an_option_the_benchmark_cannot_honour_is_refused(option: list[str]) -> None:
     with pytest.raises(SystemExit):
         main([*TOY, *option])
+
+
+def test_the_runs_config_carries_the_system_prompt_and_the_truncation_mask() -> None:
+    """`--system-prompt` reaches every environment (the measured settings' own otherwise) and
+    cut replies are masked by default (the reported setting), `--no-mask-truncated` not."""
+    from reasoning_gym_curriculum import rg_config, rg_parser
+
+    def config(*options: str):
+        args = rg_parser().parse_args(list(options))
+        args.env = SETTING["env"]  # as `execute` fills it in
+        return rg_config(43, "uniform", args)
+
+    default = config()
+    assert default.trainer.mask_truncated_completions
+    assert all(env.args["system_prompt"] is None for env in default.envs)
+    assert [env.name for env in default.envs] == MIXTURE
+    changed = config("--system-prompt", "Reply with the number only.", "--no-mask-truncated")
+    assert not changed.trainer.mask_truncated_completions
+    assert {env.args["system_prompt"] for env in changed.envs} == {"Reply with the number only."}
