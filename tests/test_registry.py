@@ -105,6 +105,16 @@ def test_unknown_environment_suggests_and_lists():
     )
 
 
+def test_an_unknown_environment_with_a_line_break_is_named_on_one_line():
+    """A type name from a config may hold any character; the error is one line (escaped), as
+    the CLI promises, with the culprit recognisable."""
+    with pytest.raises(HonedError) as info:
+        build_env("evil.py\uff1aEnv\n", "x", seed=0, args={})
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("unknown environment 'evil.py\uff1aEnv\\n'")
+
+
 def test_unknown_argument_names_env_argument_and_accepted_ones():
     with pytest.raises(HonedError) as info:
         build_env("addition", "add", seed=0, args={"levls": [1]})

@@ -52,7 +52,7 @@ def resolve(type_name: str) -> type:
         target = type_name
     else:
         raise HonedError(
-            f"unknown environment '{type_name}'{did_you_mean(type_name, ENVIRONMENTS)}; "
+            f"unknown environment {type_name!r}{did_you_mean(type_name, ENVIRONMENTS)}; "
             f"available: {', '.join(sorted(ENVIRONMENTS))} (or a class as 'module:Class')"
         )
     if isinstance(target, type):
@@ -60,7 +60,7 @@ def resolve(type_name: str) -> type:
     else:
         cls = load_object(ImportSpec.named(target, "environment"), "environment")
     if not isinstance(cls, type):
-        raise HonedError(f"environment '{type_name}' names {cls!r}, which is not a class")
+        raise HonedError(f"environment {type_name!r} names {cls!r}, which is not a class")
     return cls
 
 
