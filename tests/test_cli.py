@@ -205,3 +205,13 @@ def test_honed_eval_runs_on_the_configs_torch_threads(tmp_path, grpo_base, monke
     monkeypatch.setattr(torch, "set_num_threads", asked.append)
     assert main(["eval", str(run), "--quiet", "-o", "torch_threads=1"]) == 0
     assert asked == [1]
+
+
+def test_an_error_quoting_a_value_with_line_breaks_stays_one_line(tmp_path, capsys):
+    """Whatever value an error message quotes (here an override key holding a line break and a
+    Unicode line separator), the CLI prints it as one line, the breaks escaped."""
+    path = write_config(tmp_path)
+    code, err = _run(capsys, "train", str(path), "-o", "trainer.max\nst\u2028ep=3")
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "max\\nst\\u2028ep" in err

@@ -29,7 +29,7 @@ from honed.runs.lifecycle import RunInterrupted
 from honed.runs.progress import Reporter
 from honed.runs.rundir import STATE_FILE, RunDir
 from honed.runs.trust import load_run_config
-from honed.text import redact
+from honed.text import one_line, redact
 from honed.yaml_data import load_yaml
 
 if TYPE_CHECKING:
@@ -855,7 +855,7 @@ def main(argv: list[str] | None = None) -> int:
     except HonedError as err:
         if args.debug:
             traceback.print_exc()
-        print(f"honed: error: {redact(str(err))}", file=sys.stderr)
+        print(f"honed: error: {one_line(redact(str(err)))}", file=sys.stderr)
         return EXIT_USAGE
     except RunInterrupted as stop:
         if os.environ.get("RANK", "0") == "0":  # the process that saved says it, once

@@ -129,6 +129,16 @@ def redact(text: str) -> str:
     return _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
 
 
+# what `str.splitlines` breaks a line at, each as its escape
+_LINE_BREAKS = {ord(c): repr(c)[1:-1] for c in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"}
+
+
+def one_line(text: str) -> str:
+    """`text` with every line break escaped (`\\n`, `\\u2028`, ...): an error message that
+    quotes a value from a config or a server stays the one line the CLI promises."""
+    return text.translate(_LINE_BREAKS)
+
+
 # ---------------------------------------------------------------- long text
 
 
