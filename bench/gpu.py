@@ -178,15 +178,26 @@ def measure_trl(shape: str, mode: str, args) -> Result:
     env = dict(os.environ)
     if args.device.startswith("cuda:"):  # the child's only GPU, as accelerate's cuda:0
         env["CUDA_VISIBLE_DEVICES"] = args.device.split(":")[1]
-    done = subprocess.run(
-        [sys.executable, __file__, "--trl-child", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+    # The child's stderr (its step marks, warnings, a traceback) goes straight to ours, so that a
+    # measurement stopped by a time limit still shows how far it got.
+    try:
+        done = subprocess.run(
+            [sys.executable, __file__, "--trl-child", json.dumps(spec)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            timeout=args.trl_timeout,
+        )
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(
+            f"TRL ({shape}, {mode}) did not finish within --trl-timeout {args.trl_timeout:g} s "
+            "(its step marks are above)"
+        ) from None
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
-        raise RuntimeError(f"TRL ({shape}, {mode}) failed:\n{done.stderr[-3000:]}")
+        raise RuntimeError(
+            f"TRL ({shape}, {mode}) failed with exit code {done.returncode} (its stderr is above)"
+        )
     return Result(**json.loads(lines[-1]))
 
 
@@ -244,6 +255,7 @@ def trl_child(spec: dict) -> None:
         def __init__(self) -> None:
             self.marks: list[float] = []
             self.tokens = 0
+            self.started = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kwargs):
             if device.type == "cuda":
@@ -254,6 +266,8 @@ def trl_child(spec: dict) -> None:
             if state.global_step >= warmup:
                 self.marks.append(time.perf_counter())
             self.tokens = counted["tokens"]
+            elapsed = time.perf_counter() - self.started
+            print(f"[TRL] step {state.global_step} done at {elapsed:.1f} s", file=sys.stderr)
 
     bf16 = model.dtype == torch.bfloat16
     with tempfile.TemporaryDirectory() as out:
@@ -331,6 +345,11 @@ def main() -> int:
         help="auto (default): also TRL's GRPOTrainer when TRL is installed",
     )
     parser.add_argument("--jsonl", help="also append each measurement to this JSON-lines file")
+    parser.add_argument(
+        "--trl-timeout",
+        type=float,
+        help="seconds a TRL measurement may take (default: no limit); past it, the next mode",
+    )
     parser.add_argument("--trl-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.trl_child:

@@ -51,6 +51,22 @@ def test_gpu_bench_runs_on_the_cpu_with_a_tiny_model():
         ratio = rows[2]
         honed_steps, trl_steps = (float(r[-3]) for r in rows[:2])
         assert float(ratio[-2]) == pytest.approx(honed_steps / trl_steps, rel=0.01, abs=0.01)
+        assert "[TRL] step 1 done at" in out.stderr  # the child's marks reach our stderr
+
+
+def test_gpu_bench_stops_a_trl_measurement_at_its_time_limit():
+    """A TRL child past `--trl-timeout` is stopped and named; honed's row of that mode is kept
+    (printed as measured), and the exit code says a mode failed."""
+    for spec in ("trl", "peft", "datasets"):
+        pytest.importorskip(spec, reason="TRL's side needs the bench extra: pip install -e .[bench]")
+    out = _run(
+        *("--device", "cpu", "--tiny", "--steps", "1", "--warmup", "0", "--prompts", "2"),
+        *("--generations", "2", "--tokens", "4", "--models", "Qwen2.5-0.5B", "--modes", "full"),
+        *("--trl-timeout", "0.2"),
+    )
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert "[honed] Qwen2.5-0.5B full:" in out.stdout
+    assert "did not finish within --trl-timeout 0.2 s" in out.stdout
 
 
 def test_gpu_bench_without_a_gpu_says_so():
