@@ -58,7 +58,9 @@ def test_gpu_bench_stops_a_trl_measurement_at_its_time_limit():
     """A TRL child past `--trl-timeout` is stopped and named; honed's row of that mode is kept
     (printed as measured), and the exit code says a mode failed."""
     for spec in ("trl", "peft", "datasets"):
-        pytest.importorskip(spec, reason="TRL's side needs the bench extra: pip install -e .[bench]")
+        pytest.importorskip(
+            spec, reason="TRL's side needs the bench extra: pip install -e .[bench]"
+        )
     out = _run(
         *("--device", "cpu", "--tiny", "--steps", "1", "--warmup", "0", "--prompts", "2"),
         *("--generations", "2", "--tokens", "4", "--models", "Qwen2.5-0.5B", "--modes", "full"),
