@@ -1,6 +1,7 @@
 """The paper-shaped synthetic data, the extractive reader, the memory budget and the rule
 baseline: what makes the CPU demonstration one where memory construction matters."""
 
+import re
 from statistics import mean
 
 import pytest
@@ -17,6 +18,7 @@ from honed.envs.memory.paperdata import (
 )
 from honed.envs.memory.store import EPISODIC, SEMANTIC, Memory
 from honed.envs.memory.tools import chunk_sentences
+from honed.errors import HonedError
 
 SPEC = DataSpec(
     synthetic="paper",
@@ -167,3 +169,35 @@ def test_paper_data_trains_the_reference_format_through_sft_examples():
     assert len(examples) == 3
     replies = " ".join(reply for _, reply in examples)
     assert '{"d":"s' in replies and '{"u":"s' in replies
+
+
+def test_the_rule_as_warm_start_target_quotes_every_sentence_but_chatter():
+    """`sft_target: rule`: each chunk's target inserts exactly its non-chatter sentences (as
+    quotes), and the prompts show the memory the rule builds, budget included; it needs no
+    reference plan."""
+    env = _env(quote=True, sft_target="rule")
+    item = env.items("train")[0]
+    inst = Instance.from_dict(item.data)
+    examples = env.sft_examples(item)
+    assert len(examples) == len(inst.chunks) == 3
+    for (prompt, reply), chunk in zip(examples, inst.chunks, strict=True):
+        sentences = chunk_sentences(chunk)
+        keep = [i + 1 for i, s in enumerate(sentences) if not is_chatter(s)]
+        assert keep and '"u"' not in reply and '"d"' not in reply
+        assert [int(n) for n in re.findall(r'"c":(\d+)', reply)] == keep
+    steps, memory = env._replay(inst, "rule")
+    rule = rule_memory(inst)
+    assert memory.to_dict() == rule.to_dict()
+    assert rule.tokens() <= inst.budget < sum(  # the budget refused some of the rule's inserts
+        len(s.split()) for c in inst.chunks for s in chunk_sentences(c) if not is_chatter(s)
+    )
+    last_prompt = examples[-1][0]
+    shown = [i for store in (SEMANTIC, EPISODIC) for i, _ in steps[-1][0].items(store)]
+    assert shown and all(f"\n{i} " in last_prompt for i in shown)  # entry ids (contents cut)
+    inst.plan = None  # data without a plan (a JSONL file) still has the rule's targets
+    assert len(env._replay(inst, "rule")[0]) == 3
+
+
+def test_an_unknown_sft_target_is_named():
+    with pytest.raises(HonedError, match="sft_target 'rules'.*reference, rule"):
+        _env(sft_target="rules")

@@ -36,7 +36,7 @@ from honed.envs.memory.paperdata import is_chatter
 from honed.envs.memory.retrieval import Reader, answer_scores_many, bm25_top, read_all
 from honed.envs.memory.rewards import compression
 from honed.envs.memory.store import EPISODIC, SEMANTIC, Memory, TokenCounter, word_tokens
-from honed.envs.memory.tools import chunk_sentences
+from honed.envs.memory.tools import INSERT, ToolCall, chunk_sentences, execute
 from honed.types import derive_seed
 
 LONG_CONTEXT_TOKENS = 32_768
@@ -256,10 +256,23 @@ def rule_memory(
     (`chunk_sentences`)."""
     memory = Memory(core_tokens, count, instance.budget if instance.budget is not None else budget)
     for chunk in instance.chunks:
-        for sentence in chunk_sentences(chunk):
-            if not chatter(sentence):
-                memory.insert(EPISODIC if _TIME.search(sentence) else SEMANTIC, sentence)
+        for call in rule_calls(chunk, chatter):
+            execute(memory, call)
     return memory
+
+
+def rule_calls(chunk: str, chatter: Callable[[str], bool] = is_chatter) -> list[ToolCall]:
+    """The rule's calls for one chunk: an insert of each sentence that is not `chatter`,
+    verbatim, into episodic when it has a time (`day N`), else semantic. The memory's budget
+    decides which of them succeed; `sft_target: rule` warm-starts a policy on them."""
+    return [
+        ToolCall(
+            INSERT,
+            {"memory_type": EPISODIC if _TIME.search(sentence) else SEMANTIC, "content": sentence},
+        )
+        for sentence in chunk_sentences(chunk)
+        if not chatter(sentence)
+    ]
 
 
 def memories_result(

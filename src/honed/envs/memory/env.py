@@ -85,6 +85,7 @@ from honed.types import (
 )
 
 GROUPINGS = ("instance", "trajectory")
+SFT_TARGETS = ("reference", "rule")
 _DATA_ARGS = tuple(f.name for f in fields(DataSpec))
 
 
@@ -123,12 +124,15 @@ def _reward_weights(
     )
 
 
-def _check_choices(name: str, grouping: str, prompt_style: str, data: Mapping[str, Any]) -> None:
-    """`grouping` and `prompt_style` are known values; `data` (the constructor's `**data`) holds
-    only `DataSpec`'s sizes."""
+def _check_choices(
+    name: str, grouping: str, prompt_style: str, sft_target: str, data: Mapping[str, Any]
+) -> None:
+    """`grouping`, `prompt_style` and `sft_target` are known values; `data` (the constructor's
+    `**data`) holds only `DataSpec`'s sizes."""
     for arg, value, options in (
         ("grouping", grouping, GROUPINGS),
         ("prompt_style", prompt_style, STYLES),
+        ("sft_target", sft_target, SFT_TARGETS),
     ):
         if value not in options:
             raise HonedError(
@@ -194,7 +198,9 @@ class MemoryEnv:
     `max_prompt_tokens` (None: the budget in tokens of the policy's tokenizer instead; entry
     contents are cut to fit, ids never), `tool_format` ("auto": the `chat` style's call format,
     from the template), `memory_budget` (None: tokens the memory may hold, for instances that
-    carry no `budget` of their own), `quote`
+    carry no `budget` of their own), `sft_target` ("reference": the warm-start imitates the
+    reference plan; "rule": the rule baseline's inserts, `baselines.rule_calls`, which need no
+    plan and leave what to skip, update and delete to the reward), `quote`
     (False: whether the reference plan, the warm-start's target, writes a content that is a
     sentence of the chunk as a quote of it, `"c": 2`; replies may quote either way), `path` (a
     file, a folder or `{split: file}` of real instances instead of generated ones), `format`
@@ -227,6 +233,7 @@ class MemoryEnv:
         prompt_style: str = "compact",
         tool_format: str = "auto",
         quote: bool = False,
+        sft_target: str = "reference",
         memory_budget: int | None = None,
         path: str | Path | Mapping[str, str] | None = None,
         format: str | None = None,
@@ -235,7 +242,7 @@ class MemoryEnv:
         **data: Any,
     ) -> None:
         weights = _reward_weights(name, data, compression_weight, validity_weight)
-        _check_choices(name, grouping, prompt_style, data)
+        _check_choices(name, grouping, prompt_style, sft_target, data)
         self.name = name
         self.seed = seed
         self.grouping = grouping
@@ -248,6 +255,7 @@ class MemoryEnv:
         self.count = count
         self.recent, self.prompt_style = recent, prompt_style
         self.quote = quote
+        self.sft_target = sft_target
         self.tool_format = tool_format
         self.prompt_chars = prompt_chars or PROMPT_CHARS[prompt_style]
         for arg, value in (
@@ -532,17 +540,19 @@ class MemoryEnv:
     # -- reference solution ----------------------------------------------------------------
 
     def sft_examples(self, item: Item) -> list[tuple[str, str]]:
-        """(prompt, reference calls) per chunk, prompts built from the reference memory.
+        """(prompt, target calls) per chunk, prompts built from the memory the target builds
+        (`sft_target`: the reference plan, or the rule's inserts).
 
-        Empty for data without a reference plan (JSONL files), and for the `chat` style, whose
-        references are token sequences of the policy's chat template (`sft_sequences`).
+        Empty for the reference target on data without a reference plan (JSONL files), and for
+        the `chat` style, whose references are token sequences of the policy's chat template
+        (`sft_sequences`).
         """
         if self.prompt_style == "chat":
             return []
         inst = Instance.from_dict(item.data)
         return [
             (self._prompt(memory, chunk).text, format_calls(shown, self.prompt_style))
-            for memory, chunk, shown in self._replay(inst)[0]
+            for memory, chunk, shown in self._replay(inst, self.sft_target)[0]
         ]
 
     def sft_sequences(
@@ -564,7 +574,7 @@ class MemoryEnv:
             policy.tokenizer, policy.end_of_turn_id, OFFICIAL_TOOL_SCHEMAS, self.tool_format
         )
         out = []
-        for memory, chunk, calls in self._replay(inst)[0]:
+        for memory, chunk, calls in self._replay(inst, self.sft_target)[0]:
             messages = self._chat_messages(memory, chunk, chat)
             reply: Message = {
                 "role": "assistant",
@@ -579,18 +589,23 @@ class MemoryEnv:
         """The memory the reference plan builds (what a perfect warm-start would write)."""
         return self._replay(Instance.from_dict(item.data))[1]
 
-    def _replay(self, inst: Instance) -> tuple[list[tuple[Memory, str, list[ToolCall]]], Memory]:
-        """The reference plan run against a memory: per chunk, the memory before it (a copy),
-        the chunk and the calls as the reference writes them (quotes when `quote`), and the
-        memory it leaves. The ids an update can target are those a prompt shows, which do not
-        depend on the prompt budget."""
+    def _replay(
+        self, inst: Instance, target: str = "reference"
+    ) -> tuple[list[tuple[Memory, str, list[ToolCall]]], Memory]:
+        """The reference plan (or, `target="rule"`, the rule's inserts) run against a memory:
+        per chunk, the memory before it (a copy), the chunk and the calls as written (quotes
+        when `quote`), and the memory it leaves. The ids an update can target are those a
+        prompt shows, which do not depend on the prompt budget."""
         memory = self._memory(inst)
-        if inst.plan is None:
+        if target == "reference" and inst.plan is None:
             return [], memory
         steps = []
-        for chunk, ops in zip(inst.chunks, inst.plan, strict=True):
-            visible = visible_ids(memory, self.recent)
-            calls = [c for op in ops if (c := op.call(memory, visible)) is not None]
+        for t, chunk in enumerate(inst.chunks):
+            if target == "rule":
+                calls = baselines.rule_calls(chunk)
+            else:
+                visible = visible_ids(memory, self.recent)
+                calls = [c for op in inst.plan[t] if (c := op.call(memory, visible)) is not None]
             shown = quote_calls(calls, chunk_sentences(chunk)) if self.quote else calls
             steps.append((Memory.from_dict(memory.to_dict(), self.count), chunk, shown))
             for call in calls:
