@@ -180,7 +180,7 @@ def test_the_rule_as_warm_start_target_quotes_every_sentence_but_chatter():
     inst = Instance.from_dict(item.data)
     examples = env.sft_examples(item)
     assert len(examples) == len(inst.chunks) == 3
-    for (prompt, reply), chunk in zip(examples, inst.chunks, strict=True):
+    for (_, reply), chunk in zip(examples, inst.chunks, strict=True):
         sentences = chunk_sentences(chunk)
         keep = [i + 1 for i, s in enumerate(sentences) if not is_chatter(s)]
         assert keep and '"u"' not in reply and '"d"' not in reply
@@ -199,5 +199,5 @@ def test_the_rule_as_warm_start_target_quotes_every_sentence_but_chatter():
 
 
 def test_an_unknown_sft_target_is_named():
-    with pytest.raises(HonedError, match="sft_target 'rules'.*reference, rule"):
+    with pytest.raises(HonedError, match=r"sft_target 'rules'.*reference, rule"):
         _env(sft_target="rules")
