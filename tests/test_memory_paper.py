@@ -188,8 +188,12 @@ def test_the_rule_as_warm_start_target_quotes_every_sentence_but_chatter():
     steps, memory = env._replay(inst, "rule")
     rule = rule_memory(inst)
     assert memory.to_dict() == rule.to_dict()
-    assert rule.tokens() <= inst.budget < sum(  # the budget refused some of the rule's inserts
-        len(s.split()) for c in inst.chunks for s in chunk_sentences(c) if not is_chatter(s)
+    assert (
+        rule.tokens()
+        <= inst.budget
+        < sum(  # the budget refused some of the rule's inserts
+            len(s.split()) for c in inst.chunks for s in chunk_sentences(c) if not is_chatter(s)
+        )
     )
     last_prompt = examples[-1][0]
     shown = [i for store in (SEMANTIC, EPISODIC) for i, _ in steps[-1][0].items(store)]
