@@ -178,7 +178,11 @@ def test_config_schema_is_a_json_schema_with_the_descriptions(capsys, command):
     [
         (["config", "{path}", "-o", "trainer.max_step=3"], "did you mean 'trainer.max_steps'"),
         (["config", "{tmp}/nope.yaml"], "config file not found"),
-        (["config", "{tmp}/bad.yaml"], "is not valid YAML"),
+        # where the mistake is: PyYAML's first line ("while parsing ...") does not say
+        (
+            ["config", "{tmp}/bad.yaml"],
+            "is not valid YAML: line 2, column 1: expected the node content",
+        ),
         (["config", "--schema", "{path}"], "--schema describes every config"),
         (["skills", "config"], "give a skills CONFIG"),
         (["skills", "config", "{path}"], "invalid value for 'target'"),

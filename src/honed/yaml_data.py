@@ -127,4 +127,17 @@ def load_yaml(text: str, source: str) -> Any:
         finally:
             loader.dispose()
     except yaml.YAMLError as exc:
-        raise HonedError(f"{source} is not valid YAML: {exc}".splitlines()[0]) from exc
+        raise HonedError(f"{source} is not valid YAML: {_yaml_problem(exc)}") from exc
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """What PyYAML found wrong and where (1-based line and column): its own message spreads
+    these over several lines, of which the first ("while parsing a block mapping") names
+    neither."""
+    problem = getattr(exc, "problem", None)
+    mark = getattr(exc, "problem_mark", None)
+    if problem is None or mark is None:
+        return " ".join(str(exc).split())
+    context = getattr(exc, "context", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}"
+    return f"{where}: {problem}" + (f" ({context})" if context else "")
