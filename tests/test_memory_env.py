@@ -109,6 +109,23 @@ def test_trajectory_grouping_leaves_segment_rewards_unset():
         assert t.success == 0.0
 
 
+def test_tool_success_weight_scales_r2_alone():
+    """`tool_success_weight` multiplies r2 in every chunk reward and leaves r1, r3, r4 and the
+    logged components as they are (1, the paper's, by default)."""
+    reply = lambda p, s: '[{"i":"s","c":"Ann lives in Oslo"},{"d":"s9"}]'  # noqa: E731
+    (paper,) = MemoryEnv("memory").rollout([HAND], ScriptedGenerator(reply), 1, seed=0)
+    (light,) = MemoryEnv("memory", tool_success_weight=0.1).rollout(
+        [HAND], ScriptedGenerator(reply), 1, seed=0
+    )
+    a, b = paper.trajectories[0], light.trajectories[0]
+    assert a.components == b.components
+    r2s = [0.5, 0.0, 0.0]  # chunk 1: the insert succeeds, the delete fails; then duplicates
+    assert a.components["tool_success"] == pytest.approx(sum(r2s) / 3)
+    assert [y.reward for y in b.segments] == pytest.approx(
+        [x.reward - 0.9 * r2 for x, r2 in zip(a.segments, r2s, strict=True)]
+    )
+
+
 @pytest.mark.parametrize("grouping", ["instance", "trajectory"])
 def test_a_chunk_without_calls_earns_nothing_on_r2_and_r4_by_default(grouping):
     """The official reward: a chunk without memory calls scores 0 on tool success and validity

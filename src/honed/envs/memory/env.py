@@ -182,7 +182,8 @@ class MemoryEnv:
     Arguments (all optional): `grouping` ("instance" | "trajectory"), `compression_weight`
     (0.05) and `validity_weight` (0.1), the weights of compression r3 and validity r4 in the
     chunk reward (Mem-α's beta and gamma, renamed because the trainer's `beta` is the KL
-    coefficient; `beta` and `gamma` still work, with a deprecation warning), `compression_clip`
+    coefficient; `beta` and `gamma` still work, with a deprecation warning),
+    `tool_success_weight` (1.0, the paper's: the weight of tool success r2), `compression_clip`
     (None: a floor for r3), `no_call_credit` (0.0, as the official code: r2/r4 of a clean empty reply), `reader`
     ("retrieval" | "llm", or `{type: llm, concurrency: N, chat: {...}}`: `retrieval.py`;
     "extract": `extractive.py`, one sentence chosen without the answer key),
@@ -221,6 +222,7 @@ class MemoryEnv:
         validity_weight: float | None = None,
         compression_clip: float | None = None,
         no_call_credit: float = NO_CALL_CREDIT,
+        tool_success_weight: float = 1.0,
         reader: str | Mapping[str, Any] = "retrieval",
         judge: str = "rule",
         chat: Chat | Mapping[str, Any] | None = None,
@@ -249,6 +251,7 @@ class MemoryEnv:
         self.compression_weight, self.validity_weight = weights
         self.compression_clip = compression_clip
         self.no_call_credit = no_call_credit
+        self.tool_success_weight = tool_success_weight
         self.reader, self.judge = _reader_and_judge(name, reader, judge, chat)
         self.top_k = top_k
         self.core_tokens = core_tokens
@@ -494,7 +497,15 @@ class MemoryEnv:
         r2s = [tool_success(o, self.no_call_credit) for o in run.outcomes]
         r4s = [validity(o, self.no_call_credit) for o in run.outcomes]
         rewards = [
-            chunk_reward(r1, r2, r3, r4, self.compression_weight, self.validity_weight)
+            chunk_reward(
+                r1,
+                r2,
+                r3,
+                r4,
+                self.compression_weight,
+                self.validity_weight,
+                self.tool_success_weight,
+            )
             for r2, r4 in zip(r2s, r4s, strict=True)
         ]
         per_chunk = self.grouping == "instance"

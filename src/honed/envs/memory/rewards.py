@@ -261,7 +261,11 @@ def chunk_reward(
     r4: float,
     compression_weight: float = COMPRESSION_WEIGHT,
     validity_weight: float = VALIDITY_WEIGHT,
+    tool_success_weight: float = 1.0,
 ) -> float:
     """Mem-α Eq. 1: r_t = r1 + r2_t + compression_weight·r3 + validity_weight·r4_t (the
-    paper's beta and gamma, named apart from the trainer's KL coefficient `beta`)."""
-    return r1 + r2 + compression_weight * r3 + validity_weight * r4
+    paper's beta and gamma, named apart from the trainer's KL coefficient `beta`).
+    `tool_success_weight` scales r2 (1 in the paper): under a memory budget, where writes past
+    it fail, a policy can raise r2 by writing less of anything, so a design that wants the
+    reward to be about what is kept can weigh r2 down."""
+    return r1 + tool_success_weight * r2 + compression_weight * r3 + validity_weight * r4
