@@ -243,6 +243,9 @@ class MemoryEnv:
         long_context_tokens: int = baselines.LONG_CONTEXT_TOKENS,
         **data: Any,
     ) -> None:
+        """Long because each keyword is one of the environment's config arguments (the class
+        docstring and docs/memory.md say what each means), checked and stored here in one
+        place."""
         weights = _reward_weights(name, data, compression_weight, validity_weight)
         _check_choices(name, grouping, prompt_style, sft_target, data)
         self.name = name
@@ -250,15 +253,13 @@ class MemoryEnv:
         self.grouping = grouping
         self.compression_weight, self.validity_weight = weights
         self.compression_clip = compression_clip
-        self.no_call_credit = no_call_credit
-        self.tool_success_weight = tool_success_weight
+        self.no_call_credit, self.tool_success_weight = no_call_credit, tool_success_weight
         self.reader, self.judge = _reader_and_judge(name, reader, judge, chat)
         self.top_k = top_k
         self.core_tokens = core_tokens
         self.count = count
         self.recent, self.prompt_style = recent, prompt_style
-        self.quote = quote
-        self.sft_target = sft_target
+        self.quote, self.sft_target = quote, sft_target
         self.tool_format = tool_format
         self.prompt_chars = prompt_chars or PROMPT_CHARS[prompt_style]
         for arg, value in (
