@@ -214,6 +214,11 @@ def test_env_satisfies_the_protocol_and_checks_its_arguments():
         MemoryEnv("memory", grouping="batch")
     with pytest.raises(HonedError, match="unknown split"):
         env.items("dev")
+    # reward weights are numbers, checked at once (given as text they failed mid-run)
+    for arg in ("tool_success_weight", "compression_weight", "validity_weight", "no_call_credit"):
+        for bad in ("0.1", float("nan"), True):
+            with pytest.raises(HonedError, match=f"'memory': {arg} must be a finite number"):
+                MemoryEnv("memory", **{arg: bad})
 
 
 def test_jsonl_path_feeds_items_without_a_reference(tmp_path):

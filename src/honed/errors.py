@@ -12,6 +12,8 @@ argument, attribute) that was renamed and still works under its old name.
 from __future__ import annotations
 
 import difflib
+import math
+import numbers
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -48,6 +50,15 @@ def positive_int(where: str, name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise HonedError(f"{where}: {name} must be a positive integer, got {value!r}")
     return value
+
+
+def finite_number(where: str, name: str, value: Any) -> float:
+    """`value` as a float if it is a finite real number, else a `HonedError` naming `where` and
+    the argument `name` (a weight given as text would otherwise fail mid-run, in arithmetic;
+    `true` is a mistake, not 1)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise HonedError(f"{where}: {name} must be a finite number, got {value!r}")
+    return float(value)
 
 
 def warn_renamed(old: str, new: str, stacklevel: int = 1) -> None:

@@ -27,15 +27,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
-import numbers
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 from honed.envs.base import SingleTurnEnv
 from honed.envs.rewards import Rewarded, RewardSet
-from honed.errors import HonedError
+from honed.errors import HonedError, finite_number
 from honed.types import SPLITS, Group, Item, Prompt, Score, message_problem, prompt_text
 
 log = logging.getLogger(__name__)
@@ -238,17 +236,8 @@ class JsonlData:
     def _fail(self, message: str) -> HonedError:
         return HonedError(f"{self.where}: {message}")
 
-    def _check_number(self, arg: str, value: float) -> float:
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, numbers.Real)
-            or not math.isfinite(value)
-        ):
-            raise self._fail(f"{arg} must be a finite number, got {value!r}")
-        return float(value)
-
     def _check_fraction(self, arg: str, value: float) -> float:
-        value = self._check_number(arg, value)
+        value = finite_number(self.where, arg, value)
         if not 0.0 <= value <= 1.0:
             raise self._fail(f"{arg} must be between 0 and 1, got {value!r}")
         return value
@@ -288,7 +277,7 @@ class DatasetEnv(JsonlEnv):
         success_threshold: float = 1.0,
     ) -> None:
         super().__init__(name, seed, prompt_field)
-        self.success_threshold = self._check_number("success_threshold", success_threshold)
+        self.success_threshold = finite_number(self.where, "success_threshold", success_threshold)
         rows = self._load(path, test_path, validation_path, test_fraction, validation_fraction)
         self.reward_spec = reward
         self._score_columns(rows, RESERVED, reference_field, reward, reward_weights, reward_timeout)

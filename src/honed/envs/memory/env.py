@@ -72,7 +72,7 @@ from honed.envs.memory.tools import (
     resolve_quote,
 )
 from honed.envs.multiturn import ChatFormat, Episode, chat_format, run_episodes
-from honed.errors import HonedError, did_you_mean, positive_int, renamed_keys
+from honed.errors import HonedError, did_you_mean, finite_number, positive_int, renamed_keys
 from honed.types import (
     SPLITS,
     Group,
@@ -118,9 +118,12 @@ def _reward_weights(
         )
     except ValueError as exc:
         raise HonedError(f"memory env {env!r}: {exc}") from None
+    where = f"memory env {env!r}"
     return (
-        weights.get("compression_weight", COMPRESSION_WEIGHT),
-        weights.get("validity_weight", VALIDITY_WEIGHT),
+        finite_number(
+            where, "compression_weight", weights.get("compression_weight", COMPRESSION_WEIGHT)
+        ),
+        finite_number(where, "validity_weight", weights.get("validity_weight", VALIDITY_WEIGHT)),
     )
 
 
@@ -253,7 +256,12 @@ class MemoryEnv:
         self.grouping = grouping
         self.compression_weight, self.validity_weight = weights
         self.compression_clip = compression_clip
-        self.no_call_credit, self.tool_success_weight = no_call_credit, tool_success_weight
+        self.no_call_credit = finite_number(
+            f"memory env {name!r}", "no_call_credit", no_call_credit
+        )
+        self.tool_success_weight = finite_number(
+            f"memory env {name!r}", "tool_success_weight", tool_success_weight
+        )
         self.reader, self.judge = _reader_and_judge(name, reader, judge, chat)
         self.top_k = top_k
         self.core_tokens = core_tokens
