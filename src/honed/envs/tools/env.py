@@ -53,7 +53,7 @@ from honed.envs.multiturn.episode import ANSWER, LENGTH, MAX_TURNS, Turn
 from honed.envs.tools.functions import load_tools
 from honed.envs.tools.report import episode_row, tool_report
 from honed.envs.tools.toolbox import ToolBox
-from honed.errors import HonedError, positive_int
+from honed.errors import HonedError, finite_number, positive_int
 from honed.reach import ImportSpec
 from honed.text import valid_text
 from honed.types import Group, Item, Message, Prompt, Sample, Trajectory, derive_seed, prompt_text
@@ -121,7 +121,7 @@ class ToolEnv(JsonlData):
             if max_turn_tokens is None
             else positive_int(self.where, "max_turn_tokens", max_turn_tokens)
         )
-        self.tool_timeout = self._check_number("tool_timeout", tool_timeout)
+        self.tool_timeout = finite_number(self.where, "tool_timeout", tool_timeout)
         if self.tool_timeout <= 0:
             raise self._fail(f"tool_timeout must be positive, got {tool_timeout!r}")
         self.max_result_chars = positive_int(self.where, "max_result_chars", max_result_chars)
@@ -129,7 +129,7 @@ class ToolEnv(JsonlData):
         if system_prompt is not None and not isinstance(system_prompt, str):
             raise self._fail(f"system_prompt must be text, got {system_prompt!r}")
         self.system_prompt = system_prompt
-        self.success_threshold = self._check_number("success_threshold", success_threshold)
+        self.success_threshold = finite_number(self.where, "success_threshold", success_threshold)
         rows = self._load(path, test_path, validation_path, test_fraction, validation_fraction)
         reserved = (*RESERVED, *MULTI_TURN_ARGS)
         self._score_columns(rows, reserved, reference_field, reward, reward_weights, reward_timeout)

@@ -40,7 +40,7 @@ from honed.envs.multiturn.template import TOOL_FORMATS
 from honed.envs.verifiers import messages as convert
 from honed.envs.verifiers.episodes import Run, Turns, run_policy
 from honed.envs.verifiers.loading import import_verifiers, load_environment
-from honed.errors import positive_int
+from honed.errors import finite_number, positive_int
 from honed.reach import ImportSpec
 from honed.types import Group, Item, Message, Prompt, Trajectory, prompt_text
 
@@ -88,7 +88,8 @@ class VerifiersEnv(JsonlData):
         validation_fraction = self._check_fraction("validation_fraction", validation_fraction)
         self.vf = import_verifiers()
         self.env = load_environment(self.where, env, self.env_args)
-        self.success_threshold = self._check_number(
+        self.success_threshold = finite_number(
+            self.where,
             "success_threshold",
             self.env.pass_threshold if success_threshold is None else success_threshold,
         )
