@@ -74,13 +74,25 @@ def test_a_checkpoint_loads_with_plain_transformers_and_generates(tmp_path):
 
 def test_warm_start_then_grpo_and_eval_command(tmp_path):
     data = small_config_data(tmp_path)
-    data["sft"] = {"steps": 5, "batch_size": 8, "learning_rate": 1e-3}
+    check = {"every": 2, "metric": "token_accuracy", "threshold": 1.0, "examples": 4}
+    data["sft"] = {"steps": 5, "batch_size": 8, "learning_rate": 1e-3, "check": check}
     path = write_config(tmp_path, data)
     assert main(["train", str(path), "--quiet"]) == 0
     run = tmp_path / "run"
     assert (run / "checkpoints/warmstart/config.json").is_file()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["warmstart"]["sft/steps"] == 5
+    # The warm-start's log, written as it ran: its loss every step (5 steps: a row each) and
+    # each check, the last one the summary's.
+    log = RunDir(run).read_jsonl(run / "warmstart.jsonl")
+    assert [r["step"] for r in log if "loss" in r] == [1, 2, 3, 4, 5]
+    checks = [r for r in log if "check/token_accuracy" in r]
+    assert [r["step"] for r in checks] == [2, 4, 5]
+    assert checks[-1]["check/token_accuracy"] == summary["warmstart"]["sft/check/token_accuracy"]
+    assert all(r["check/threshold"] == 1.0 for r in checks)
+    # A warm-start trained again starts its log again.
+    assert main(["sft", str(path), "--overwrite", "--quiet"]) == 0
+    assert RunDir(run).read_jsonl(run / "warmstart.jsonl") == log
     assert main(["eval", str(run), "--split", "validation", "--quiet"]) == 0
     report = json.loads((run / "eval/step_4_validation.json").read_text())
     assert report["split"] == "validation" and 0.0 <= report["accuracy"] <= 1.0

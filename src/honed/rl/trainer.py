@@ -172,28 +172,46 @@ class GRPOTrainer:
         )
 
     def warm_start(self) -> Policy:
-        """The policy GRPO starts from: the model itself, or after supervised warm-start."""
+        """The policy GRPO starts from: the model itself, or after supervised warm-start, whose
+        loss (a row per hundredth of `sft.steps`) and checks go to `warmstart.jsonl` as it runs:
+        a warm-start of half an hour is not silent in a run started with --quiet."""
         policy = self._build()
         if self.config.sft.steps == 0:
             return policy
         if is_checkpoint(self.run.warmstart):
             self.reporter.note(f"using the warm-start checkpoint in {self.run.warmstart}")
             return self._load(self.run.warmstart)
-        check = self.config.sft.check
+        check, steps = self.config.sft.check, self.config.sft.steps
+        log = self.run.warmstart_log
+        if log.exists():  # a warm-start that starts again starts its log again
+            self.run.remove(log)
+        every = max(1, steps // 100)
+        losses: list[float] = []
+
+        def on_step(step: int, loss: float) -> None:
+            losses.append(loss)
+            if step % every == 0 or step == steps:
+                self.run.append(log, {"step": step, "loss": sum(losses) / len(losses)})
+                losses.clear()
+            advance(f"loss {loss:.3f}")
 
         def on_check(step: int, value: float) -> None:
+            self.run.append(
+                log,
+                {"step": step, f"check/{check.metric}": value, "check/threshold": check.threshold},
+            )
             self.reporter.note(
                 f"warm-start check at step {step}: {check.metric} {value:.3f} "
                 f"(passes at {check.threshold})"
             )
 
-        with self.reporter.task("warm-start (SFT)", self.config.sft.steps) as advance:
+        with self.reporter.task("warm-start (SFT)", steps) as advance:
             self.warmstart = run_sft(
                 policy,
                 self.envs,
                 self.config.sft,
                 derive_seed(self.config.seed, "sft"),
-                on_step=lambda step, loss: advance(f"loss {loss:.3f}"),
+                on_step=on_step,
                 on_check=on_check,
             )
         if self.warmstart.get("sft/check/passed") == 0.0:

@@ -5,6 +5,7 @@ metrics.jsonl      one JSON object per step
 samples.jsonl      a few prompts / completions / rewards per step
 rollouts/          step_NNNNNN.json: a bounded sample of each step's groups (`runs/rollouts.py`)
 checkpoints/       step_N/ (a Hugging Face model directory + trainer_state.pt), warmstart/
+warmstart.jsonl    the supervised warm-start's loss and held-out checks, written as it runs
 summary.json       initial_eval, final_eval, timings
 run_state.json     running (with a heartbeat), finished, interrupted or failed (`runs/run_state.py`)
 reward.png         reward per step
@@ -112,6 +113,10 @@ class RunDir:
     def warmstart(self) -> Path:
         return self.file("checkpoints", "warmstart")
 
+    @property
+    def warmstart_log(self) -> Path:
+        return self.file("warmstart.jsonl")
+
     def create(self) -> None:
         """Make the run's folder (or take the one there: honed's own, or empty) before
         anything is written; a folder that is not honed's is refused, exit code 2."""
@@ -137,6 +142,7 @@ class RunDir:
         "mlruns",
         "wandb",
         "warmstart_eval.json",
+        "warmstart.jsonl",
     )
 
     def check(self) -> None:
@@ -352,6 +358,9 @@ class ReadOnlyRunDir(RunDir):
         pass
 
     def write_rollouts(self, record: dict[str, Any], max_bytes: int) -> None:
+        pass
+
+    def remove(self, path: Path) -> None:
         pass
 
     def truncate_logs(self, last_step: int, keep_start: bool = True) -> None:
