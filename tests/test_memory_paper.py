@@ -161,6 +161,16 @@ def test_the_rule_loses_to_the_reference_plan_on_paper_data():
     assert reference.memory_tokens <= rule.memory_tokens
     rows = {r.name: r for r in env.baselines("test")}
     assert rows["rule"].accuracy == pytest.approx(rule.accuracy)
+    # The rule told which sentences are distractors (those the plan never mentions) writes
+    # none of them, and leaving them out is worth much of the room between rule and plan.
+    told = rows["rule, told the distractors"]
+    assert rule.accuracy + 0.1 <= told.accuracy <= reference.accuracy - 0.1
+    for inst in instances:
+        mentioned = {op.content for ops in inst.plan for op in ops}
+        written = {t for store in (SEMANTIC, EPISODIC) for _, t in rule_memory(inst).items(store)}
+        assert written - mentioned, "the rule writes distractors"
+        told_memory = rule_memory(inst, chatter=lambda x, m=mentioned: is_chatter(x) or x not in m)
+        assert {t for st in (SEMANTIC, EPISODIC) for _, t in told_memory.items(st)} <= mentioned
 
 
 def test_paper_data_trains_the_reference_format_through_sft_examples():

@@ -36,6 +36,7 @@ def test_report_sets_agents_beside_the_baselines_on_the_same_instances():
         "long-context (last 32K tokens)",
         "RAG top-2 chunks",
         "rule",
+        "rule, told the distractors",
         "reference plan",
         "MemAgent-style rolling memory (silent agent)",
         "reference agent",

@@ -22,7 +22,7 @@ reward and the trajectory's reward (the mean of its r_t) applies to all of them.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from statistics import mean
@@ -125,6 +125,14 @@ def _reward_weights(
         ),
         finite_number(where, "validity_weight", weights.get("validity_weight", VALIDITY_WEIGHT)),
     )
+
+
+def _unplanned(inst: Instance) -> Callable[[str], bool]:
+    """What the rule skips when told the distractors: chatter, and every sentence the
+    reference plan does not mention (neither writes, changes nor retracts with it). The rule
+    built with it measures how much of the room above the rule is in leaving distractors out."""
+    mentioned = {op.content for ops in inst.plan or [] for op in ops}
+    return lambda sentence: paperdata.is_chatter(sentence) or sentence not in mentioned
 
 
 def _check_choices(
@@ -656,12 +664,25 @@ class MemoryEnv:
         results += baselines.rule_results(instances, self.reader, self.top_k, self.count)
         planned = [inst for inst in instances if inst.plan is not None]
         if planned:
+            told = [
+                baselines.rule_memory(
+                    i,
+                    chatter=_unplanned(i),
+                    core_tokens=self.core_tokens,
+                    count=self.count,
+                    budget=self.memory_budget,
+                )
+                for i in planned
+            ]
             memories = [self._replay(inst)[1] for inst in planned]
-            results.append(
+            results += [
+                baselines.memories_result(
+                    "rule, told the distractors", planned, told, self.reader, self.top_k, self.count
+                ),
                 baselines.memories_result(
                     "reference plan", planned, memories, self.reader, self.top_k, self.count
-                )
-            )
+                ),
+            ]
         return results
 
     def report(
