@@ -215,7 +215,8 @@ def test_env_satisfies_the_protocol_and_checks_its_arguments():
     with pytest.raises(HonedError, match="unknown split"):
         env.items("dev")
     # reward weights are numbers, checked at once (given as text they failed mid-run)
-    for arg in ("tool_success_weight", "compression_weight", "validity_weight", "no_call_credit"):
+    weights = ("tool_success_weight", "compression_weight", "validity_weight", "no_call_credit")
+    for arg in (*weights, "compression_clip"):
         for bad in ("0.1", float("nan"), True):
             with pytest.raises(HonedError, match=f"'memory': {arg} must be a finite number"):
                 MemoryEnv("memory", **{arg: bad})

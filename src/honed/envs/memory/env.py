@@ -263,7 +263,11 @@ class MemoryEnv:
         self.seed = seed
         self.grouping = grouping
         self.compression_weight, self.validity_weight = weights
-        self.compression_clip = compression_clip
+        self.compression_clip = (
+            None
+            if compression_clip is None
+            else finite_number(f"memory env {name!r}", "compression_clip", compression_clip)
+        )
         self.no_call_credit = finite_number(
             f"memory env {name!r}", "no_call_credit", no_call_credit
         )
