@@ -215,3 +215,30 @@ def test_the_rule_as_warm_start_target_quotes_every_sentence_but_chatter():
 def test_an_unknown_sft_target_is_named():
     with pytest.raises(HonedError, match=r"sft_target 'rules'.*reference, rule"):
         _env(sft_target="rules")
+
+
+def test_rollouts_say_which_kinds_of_sentence_they_wrote():
+    """`facts_written`, `distractors_written`, `chatter_written`: the reference plan writes every
+    fact and nothing else; the rule writes facts and distractors (what the budget lets in) and
+    no chatter."""
+    from test_memory_env import ScriptedGenerator
+
+    shares = {}
+    for target in ("reference", "rule"):
+        env = _env(quote=True, sft_target=target)
+        items = list(env.items("test"))[:6]
+        replies = dict(pair for item in items for pair in env.sft_examples(item))
+        follow = ScriptedGenerator(lambda p, s, r=replies: r[p])
+        groups = env.rollout(items, follow, 1, seed=0)
+        shares[target] = {
+            k: mean(g.trajectories[0].components[k] for g in groups)
+            for k in ("facts_written", "distractors_written", "chatter_written")
+        }
+    assert shares["reference"] == {
+        "facts_written": 1.0,
+        "distractors_written": 0.0,
+        "chatter_written": 0.0,
+    }
+    assert 0.5 < shares["rule"]["facts_written"] <= 1.0
+    assert 0.5 < shares["rule"]["distractors_written"] <= 1.0
+    assert shares["rule"]["chatter_written"] == 0.0

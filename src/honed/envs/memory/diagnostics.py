@@ -11,6 +11,11 @@ memory as written and holds a gold answer of a question the reader got (score > 
 `other_writes` every other successful insert or update; a chunk without either counts once as
 `no_write`. The trainer logs the mean advantage per label (`advantage/<env>/<label>`), so a
 step that pays writes which later answer nothing more than those which do shows in the curves.
+
+On data with a reference plan, each rollout also says which kinds of sentence it wrote
+(`written_shares`): the share of the instance's fact sentences, distractors and chatter it
+wrote verbatim. That measures reading without the reader's noise: a writer can score like the
+rule by writing a random half of every kind.
 """
 
 from __future__ import annotations
@@ -20,11 +25,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import mean
 
-from honed.envs.memory.data import Question
+from honed.envs.memory.data import PlanOp, Question
+from honed.envs.memory.paperdata import is_chatter
 from honed.envs.memory.store import CORE, STORES, Memory
+from honed.envs.memory.tools import chunk_sentences
 from honed.types import Group
 
 ANSWERING, OTHER, NO_WRITE = "answering_writes", "other_writes", "no_write"
+FACTS, DISTRACTORS, CHATTER = "facts", "distractors", "chatter"
+SENTENCE_KINDS = (FACTS, DISTRACTORS, CHATTER)
 
 
 @dataclass
@@ -78,6 +87,34 @@ def segment_labels(
             labels[key] = labels.get(key, 0) + 1
         out.append(labels or {NO_WRITE: 1})
     return out
+
+
+def written_shares(
+    chunks: Sequence[str], plan: Sequence[Sequence[PlanOp]], calls: Sequence[Sequence[CallRecord]]
+) -> dict[str, float]:
+    """Of the instance's fact sentences (those the plan inserts or updates with), distractors
+    (neither chatter nor mentioned by the plan) and chatter, the share this rollout wrote, a
+    sentence counting when a successful write of its chunk holds it verbatim (as a quote
+    does). A retraction (a delete's sentence) is none of them; a kind the instance lacks
+    counts 0 of 0 as 0."""
+    facts = {op.content for ops in plan for op in ops if op.op != "delete"}
+    mentioned = {op.content for ops in plan for op in ops}
+    present = dict.fromkeys(SENTENCE_KINDS, 0)
+    written = dict.fromkeys(SENTENCE_KINDS, 0)
+    for chunk, records in zip(chunks, calls, strict=False):
+        wrote = {(r.content or "").strip().rstrip(".") for r in records if r.ok and r.wrote}
+        for sentence in chunk_sentences(chunk):
+            if sentence in facts:
+                kind = FACTS
+            elif is_chatter(sentence):
+                kind = CHATTER
+            elif sentence not in mentioned:
+                kind = DISTRACTORS
+            else:
+                continue
+            present[kind] += 1
+            written[kind] += sentence in wrote
+    return {f"{k}_written": written[k] / max(present[k], 1) for k in SENTENCE_KINDS}
 
 
 def memory_step_metrics(env: str, groups: Sequence[Group]) -> dict[str, float]:

@@ -31,7 +31,12 @@ from typing import Any
 from honed.envs.base import Generator, Table
 from honed.envs.memory import baselines, paperdata
 from honed.envs.memory.data import DataSpec, Instance, generate
-from honed.envs.memory.diagnostics import CallRecord, memory_step_metrics, segment_labels
+from honed.envs.memory.diagnostics import (
+    CallRecord,
+    memory_step_metrics,
+    segment_labels,
+    written_shares,
+)
 from honed.envs.memory.extractive import ExtractiveReader
 from honed.envs.memory.formats import CHUNK_TOKENS, load_data
 from honed.envs.memory.parsing import parse_calls
@@ -530,6 +535,7 @@ class MemoryEnv:
             for r2, r4 in zip(r2s, r4s, strict=True)
         ]
         per_chunk = self.grouping == "instance"
+        shares = written_shares(inst.chunks, inst.plan, run.calls) if inst.plan else {}
         return Trajectory(
             segments=[
                 replace(s, reward=r if per_chunk else None)
@@ -548,6 +554,7 @@ class MemoryEnv:
                 "calls": float(sum(len(o.results) for o in run.outcomes)),
                 "judge_errors": float(sum(o.judge_errors for o in run.outcomes)),
                 "reader_errors": float(len(scores) - len(scored)),
+                **shares,
             },
             prompt_text=run.prompts[0] if run.prompts else "",
             completion_text="\n\n".join(run.log),
