@@ -1,7 +1,11 @@
 """The per-chunk prompt: layout, the most recent entries, the budget (contents cut, ids kept)."""
 
+import pytest
+
+from honed.envs.memory import MemoryEnv
 from honed.envs.memory.prompt import COMPACT_HEADER, FULL_HEADER, render_prompt
 from honed.envs.memory.store import CORE, EPISODIC, SEMANTIC, Memory
+from honed.errors import HonedError
 
 
 def _memory(facts: int, events: int) -> Memory:
@@ -25,6 +29,39 @@ def test_layout_shows_core_entries_and_chunk():
         "calls:",
     ]
     assert prompt.visible == {"s1", "e1"}
+
+
+def test_labels_after_put_numbers_and_ids_at_the_end_of_their_lines():
+    """`labels: after`: a quoted chunk's sentence numbers and the entries' ids follow their
+    text, the rest of the layout (and what a quote or an update names) unchanged."""
+    memory, chunk = _memory(1, 1), "Kamo moved to Lima. It rained."
+    before = render_prompt(memory, chunk, max_chars=1000, numbered=True)
+    after = render_prompt(memory, chunk, max_chars=1000, numbered=True, labels="after")
+    assert after.text.split("\n") == [
+        COMPACT_HEADER,
+        "core: Kamo and Tebu",
+        "Fact number 0 about Kamo [s1]",
+        "Day 0: Tebu did thing 0 [e1]",
+        "chunk:",
+        "Kamo moved to Lima [1]",
+        "It rained [2]",
+        "calls:",
+    ]
+    assert before.text.split("\n")[2:7] == [
+        "s1 Fact number 0 about Kamo",
+        "e1 Day 0: Tebu did thing 0",
+        "chunk:",
+        "1 Kamo moved to Lima",
+        "2 It rained",
+    ]
+    assert after.visible == before.visible
+    cut = render_prompt(_memory(5, 2), "x", max_chars=10, labels="after")
+    assert "\n... [s1]\n" in cut.text  # at the limit, the ids alone, still last
+    with pytest.raises(HonedError, match=r"labels 'first'.*before, after"):
+        MemoryEnv("memory", labels="first")
+    env = MemoryEnv("memory", quote=True, labels="after", recent=20, prompt_chars=4000)
+    prompt, reply = env.sft_examples(env.items("train")[0])[1]
+    assert "\n1 " not in prompt and " [1]\n" in prompt and '"c":' in reply
 
 
 def test_only_the_most_recent_entries_are_shown():

@@ -41,6 +41,7 @@ from honed.envs.memory.extractive import ExtractiveReader
 from honed.envs.memory.formats import CHUNK_TOKENS, load_data
 from honed.envs.memory.parsing import parse_calls
 from honed.envs.memory.prompt import (
+    LABELS,
     PROMPT_CHARS,
     STYLES,
     Prompt,
@@ -140,16 +141,17 @@ def _unplanned(inst: Instance) -> Callable[[str], bool]:
     return lambda sentence: paperdata.is_chatter(sentence) or sentence not in mentioned
 
 
-def _check_choices(
-    name: str, grouping: str, prompt_style: str, sft_target: str, data: Mapping[str, Any]
-) -> None:
-    """`grouping`, `prompt_style` and `sft_target` are known values; `data` (the constructor's
-    `**data`) holds only `DataSpec`'s sizes."""
-    for arg, value, options in (
-        ("grouping", grouping, GROUPINGS),
-        ("prompt_style", prompt_style, STYLES),
-        ("sft_target", sft_target, SFT_TARGETS),
-    ):
+def _check_choices(name: str, choices: Mapping[str, str], data: Mapping[str, Any]) -> None:
+    """`choices` (`grouping`, `prompt_style`, `sft_target`, `labels`: their values) are known
+    values; `data` (the constructor's `**data`) holds only `DataSpec`'s sizes."""
+    options_of = {
+        "grouping": GROUPINGS,
+        "prompt_style": STYLES,
+        "sft_target": SFT_TARGETS,
+        "labels": LABELS,
+    }
+    for arg, value in choices.items():
+        options = options_of[arg]
         if value not in options:
             raise HonedError(
                 f"memory env {name!r}: {arg} {value!r}{did_you_mean(value, options)} is not one of "
@@ -219,7 +221,9 @@ class MemoryEnv:
     reference plan; "rule": the rule baseline's inserts, `baselines.rule_calls`, which need no
     plan and leave what to skip, update and delete to the reward), `quote`
     (False: whether the reference plan, the warm-start's target, writes a content that is a
-    sentence of the chunk as a quote of it, `"c": 2`; replies may quote either way), `path` (a
+    sentence of the chunk as a quote of it, `"c": 2`; replies may quote either way), `labels`
+    ("before" | "after": where the compact and full prompts put a sentence's number and an
+    entry's id, before its text or after it, `prompt.render_prompt`), `path` (a
     file, a folder or `{split: file}` of real instances instead of generated ones), `format`
     (None: detected; `formats.FORMATS`), `chunk_tokens` (2048: chunk size for original
     MemoryAgentBench records), `long_context_tokens` (32768: the long-context baseline's
@@ -251,6 +255,7 @@ class MemoryEnv:
         prompt_style: str = "compact",
         tool_format: str = "auto",
         quote: bool = False,
+        labels: str = "before",
         sft_target: str = "reference",
         memory_budget: int | None = None,
         path: str | Path | Mapping[str, str] | None = None,
@@ -263,7 +268,8 @@ class MemoryEnv:
         docstring and docs/memory.md say what each means), checked and stored here in one
         place."""
         weights = _reward_weights(name, data, compression_weight, validity_weight)
-        _check_choices(name, grouping, prompt_style, sft_target, data)
+        choices = {"grouping": grouping, "prompt_style": prompt_style, "sft_target": sft_target}
+        _check_choices(name, {**choices, "labels": labels}, data)
         self.name = name
         self.seed = seed
         self.grouping = grouping
@@ -284,7 +290,7 @@ class MemoryEnv:
         self.core_tokens = core_tokens
         self.count = count
         self.recent, self.prompt_style = recent, prompt_style
-        self.quote, self.sft_target = quote, sft_target
+        self.quote, self.sft_target, self.labels = quote, sft_target, labels
         self.tool_format = tool_format
         self.prompt_chars = prompt_chars or PROMPT_CHARS[prompt_style]
         for arg, value in (
@@ -423,6 +429,7 @@ class MemoryEnv:
             self.recent,
             self.prompt_chars,
             numbered=self.quote,
+            labels=self.labels,
             max_tokens=self.max_prompt_tokens,
             count=self._count_prompt,
         )

@@ -41,6 +41,7 @@ from honed.types import Message
 
 T = TypeVar("T")
 STYLES = ("compact", "full", "chat")
+LABELS = ("before", "after")  # where a prompt line's number or id goes (`render_prompt`)
 # default budgets: the full header is ~1500; the chat style's tools come through the template
 PROMPT_CHARS = {"compact": 400, "full": 8000, "chat": 8000}
 CHAT_SYSTEM = (
@@ -88,21 +89,34 @@ def render_prompt(
     numbered: bool = False,
     max_tokens: int | None = None,
     count: Callable[[str], int] | None = None,
+    labels: str = "before",
 ) -> Prompt:
-    """`numbered`: the chunk's sentences one per line, each after its number (what a quote
+    """`numbered`: the chunk's sentences one per line, each with its number (what a quote
     names), instead of the chunk as written. With `max_tokens` and `count` (the policy's token
-    counter) the budget is `max_tokens` tokens instead of `max_chars` characters."""
+    counter) the budget is `max_tokens` tokens instead of `max_chars` characters.
+
+    `labels`: where a line's label goes, a sentence's number or an entry's id: `before` its
+    text (`2 Kamo lives in Oslo`, `s1 Kamo lives in Oslo`) or `after` it (`Kamo lives in Oslo
+    [2]`, `Kamo lives in Oslo [s1]`). A causal model reads a label written after the text with
+    the text already in view, so the label's own position can carry what the line says; one
+    written before must be found through the text that follows it."""
+    if labels not in LABELS:
+        raise ValueError(f"labels must be one of {', '.join(LABELS)}, not {labels!r}")
+
+    def line(label: object, text: str) -> str:
+        return f"{text} [{label}]" if labels == "after" else f"{label} {text}"
+
     header = COMPACT_HEADER if style == "compact" else FULL_HEADER
     chunk_line = f"chunk: {chunk}"
     if numbered:
         sentences = chunk_sentences(chunk)
-        chunk_line = "chunk:" + "".join(f"\n{i} {s}" for i, s in enumerate(sentences, 1))
+        chunk_line = "chunk:" + "".join(f"\n{line(i, s)}" for i, s in enumerate(sentences, 1))
     entries = shown_entries(memory, recent)
     visible = {memory_id for memory_id, _ in entries}
 
     def text(cap: int | None) -> str:
         lines = [header, f"core: {memory.core}"]
-        lines += [f"{memory_id} {_shorten(content, cap)}" for memory_id, content in entries]
+        lines += [line(memory_id, _shorten(content, cap)) for memory_id, content in entries]
         return "\n".join([*lines, chunk_line, "calls:"])
 
     if max_tokens is not None and count is not None:
