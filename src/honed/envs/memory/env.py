@@ -268,8 +268,16 @@ class MemoryEnv:
         docstring and docs/memory.md say what each means), checked and stored here in one
         place."""
         weights = _reward_weights(name, data, compression_weight, validity_weight)
-        choices = {"grouping": grouping, "prompt_style": prompt_style, "sft_target": sft_target}
-        _check_choices(name, {**choices, "labels": labels}, data)
+        _check_choices(
+            name,
+            {
+                "grouping": grouping,
+                "prompt_style": prompt_style,
+                "sft_target": sft_target,
+                "labels": labels,
+            },
+            data,
+        )
         self.name = name
         self.seed = seed
         self.grouping = grouping
