@@ -125,6 +125,11 @@ class Instance:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def mentioned(self) -> set[str]:
+        """Every sentence the reference plan writes, changes or retracts with (none without a
+        plan): a non-chatter sentence outside it is a distractor."""
+        return {op.content for ops in self.plan or [] for op in ops}
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Instance:
         plan = data.get("plan")

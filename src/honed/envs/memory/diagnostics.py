@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import mean
 
-from honed.envs.memory.data import PlanOp, Question
+from honed.envs.memory.data import Instance, Question
 from honed.envs.memory.paperdata import is_chatter
 from honed.envs.memory.store import CORE, STORES, Memory
 from honed.envs.memory.tools import chunk_sentences
@@ -89,19 +89,17 @@ def segment_labels(
     return out
 
 
-def written_shares(
-    chunks: Sequence[str], plan: Sequence[Sequence[PlanOp]], calls: Sequence[Sequence[CallRecord]]
-) -> dict[str, float]:
+def written_shares(inst: Instance, calls: Sequence[Sequence[CallRecord]]) -> dict[str, float]:
     """Of the instance's fact sentences (those the plan inserts or updates with), distractors
     (neither chatter nor mentioned by the plan) and chatter, the share this rollout wrote, a
     sentence counting when a successful write of its chunk holds it verbatim (as a quote
     does). A retraction (a delete's sentence) is none of them; a kind the instance lacks
     counts 0 of 0 as 0."""
-    facts = {op.content for ops in plan for op in ops if op.op != "delete"}
-    mentioned = {op.content for ops in plan for op in ops}
+    facts = {op.content for ops in inst.plan or [] for op in ops if op.op != "delete"}
+    mentioned = inst.mentioned()
     present = dict.fromkeys(SENTENCE_KINDS, 0)
     written = dict.fromkeys(SENTENCE_KINDS, 0)
-    for chunk, records in zip(chunks, calls, strict=False):
+    for chunk, records in zip(inst.chunks, calls, strict=False):
         wrote = {(r.content or "").strip().rstrip(".") for r in records if r.ok and r.wrote}
         for sentence in chunk_sentences(chunk):
             if sentence in facts:

@@ -137,7 +137,7 @@ def _unplanned(inst: Instance) -> Callable[[str], bool]:
     """What the rule skips when told the distractors: chatter, and every sentence the
     reference plan does not mention (neither writes, changes nor retracts with it). The rule
     built with it measures how much of the room above the rule is in leaving distractors out."""
-    mentioned = {op.content for ops in inst.plan or [] for op in ops}
+    mentioned = inst.mentioned()
     return lambda sentence: paperdata.is_chatter(sentence) or sentence not in mentioned
 
 
@@ -282,17 +282,14 @@ class MemoryEnv:
         self.seed = seed
         self.grouping = grouping
         self.compression_weight, self.validity_weight = weights
+        where = f"memory env {name!r}"
         self.compression_clip = (
             None
             if compression_clip is None
-            else finite_number(f"memory env {name!r}", "compression_clip", compression_clip)
+            else finite_number(where, "compression_clip", compression_clip)
         )
-        self.no_call_credit = finite_number(
-            f"memory env {name!r}", "no_call_credit", no_call_credit
-        )
-        self.tool_success_weight = finite_number(
-            f"memory env {name!r}", "tool_success_weight", tool_success_weight
-        )
+        self.no_call_credit = finite_number(where, "no_call_credit", no_call_credit)
+        self.tool_success_weight = finite_number(where, "tool_success_weight", tool_success_weight)
         self.reader, self.judge = _reader_and_judge(name, reader, judge, chat)
         self.top_k = top_k
         self.core_tokens = core_tokens
@@ -306,7 +303,7 @@ class MemoryEnv:
             ("memory_budget", memory_budget),
         ):
             if value is not None:
-                positive_int(f"memory env {name!r}", arg, value)
+                positive_int(where, arg, value)
         self.max_prompt_tokens = max_prompt_tokens
         self.memory_budget = memory_budget
         self._count_prompt: TokenCounter | None = None
@@ -550,7 +547,7 @@ class MemoryEnv:
             for r2, r4 in zip(r2s, r4s, strict=True)
         ]
         per_chunk = self.grouping == "instance"
-        shares = written_shares(inst.chunks, inst.plan, run.calls) if inst.plan else {}
+        shares = written_shares(inst, run.calls) if inst.plan else {}
         return Trajectory(
             segments=[
                 replace(s, reward=r if per_chunk else None)
