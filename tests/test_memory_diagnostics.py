@@ -102,8 +102,15 @@ def test_memory_metrics_and_labels_of_a_scripted_step():
     assert metrics["memory/memory/core/writes"] == 0.0
     assert "memory/memory/core/tool_success" not in metrics  # no core call: nothing to average
     assert metrics["memory/memory/chunk_spread"] == 1.0  # both chunk positions spread
+    assert metrics["memory/memory/accuracy_spread"] == 1.0  # only `best` answers
     same = _unit_rollout(env, [(SKIP, FACT)] * 2)
     assert env.step_metrics([same])["memory/memory/chunk_spread"] == 0.0
+    # the event and the silent rollout both answer nothing but differ on r2..r4
+    answer_alike = _unit_rollout(env, [(EVENT, SKIP), (SKIP, SKIP)])
+    assert env.step_metrics([answer_alike])["memory/memory/chunk_spread"] == 1.0
+    assert env.step_metrics([answer_alike])["memory/memory/accuracy_spread"] == 0.0
+    both = env.step_metrics([group, answer_alike])
+    assert both["memory/memory/accuracy_spread"] == 0.5
 
 
 @pytest.mark.parametrize("grouping", ["instance", "trajectory"])
@@ -190,6 +197,7 @@ def test_grpo_reaches_the_known_optimum_of_the_unit_task(tmp_path):
         "memory/memory/semantic/tool_success",
         "memory/memory/episodic/validity",
         "memory/memory/chunk_spread",
+        "memory/memory/accuracy_spread",
         "advantage/memory/no_write",
         "kl/reference",
     ):

@@ -117,13 +117,19 @@ def written_shares(inst: Instance, calls: Sequence[Sequence[CallRecord]]) -> dic
 
 def memory_step_metrics(env: str, groups: Sequence[Group]) -> dict[str, float]:
     """Per-store success, validity, writes and tokens, and the share of chunk positions with
-    reward spread, for one environment's groups (`memory/<env>/...`)."""
+    reward spread, for one environment's groups (`memory/<env>/...`).
+
+    `accuracy_spread` is the share of groups whose rollouts' accuracy (r1) differs. A group
+    whose rollouts answer alike still spreads on tool success, compression or validity, and
+    group-scaled advantages (`scale_rewards: group`) give those small differences the same
+    weight as a question answered: where this share is low, most of a step's gradient is about
+    them, not about what the reader answers."""
     calls: dict[str, list[float]] = defaultdict(list)
     verdicts: dict[str, list[float]] = defaultdict(list)
     writes: dict[str, float] = defaultdict(float)
     tokens: dict[str, float] = defaultdict(float)
     rollouts = 0
-    positions = spread = 0
+    positions = spread = answers_spread = 0
     for group in groups:
         for traj in group.trajectories:
             rollouts += 1
@@ -144,6 +150,8 @@ def memory_step_metrics(env: str, groups: Sequence[Group]) -> dict[str, float]:
             values = [r[t] for r in chunk_rewards if t < len(r)]
             positions += 1
             spread += max(values) - min(values) > 1e-9
+        accuracies = [t.components.get("accuracy", 0.0) for t in group.trajectories]
+        answers_spread += max(accuracies, default=0.0) - min(accuracies, default=0.0) > 1e-9
     out: dict[str, float] = {}
     for store in STORES:
         head = f"memory/{env}/{store}"
@@ -155,4 +163,6 @@ def memory_step_metrics(env: str, groups: Sequence[Group]) -> dict[str, float]:
         out[f"{head}/tokens"] = tokens[store] / max(rollouts, 1)
     if positions:
         out[f"memory/{env}/chunk_spread"] = spread / positions
+    if groups:
+        out[f"memory/{env}/accuracy_spread"] = answers_spread / len(groups)
     return out
