@@ -98,6 +98,28 @@ def test_warm_start_then_grpo_and_eval_command(tmp_path):
     assert report["split"] == "validation" and 0.0 <= report["accuracy"] <= 1.0
 
 
+def test_sft_then_eval_then_train_in_the_same_run_directory(tmp_path):
+    """`honed sft` leaves a run that `honed eval` reads (its config, the warm-start) and that
+    `honed train` starts from without training the warm-start again; once GRPO has written
+    a step, the folder holds a run and a plain `honed train` refuses it."""
+    data = small_config_data(tmp_path)
+    data["sft"] = {"steps": 5, "batch_size": 8, "learning_rate": 1e-3}
+    path = write_config(tmp_path, data)
+    run = tmp_path / "run"
+    assert main(["sft", str(path), "--quiet"]) == 0
+    assert (run / "config.yaml").is_file()
+    assert main(["eval", str(run), "--split", "test", "--quiet"]) == 0
+    report = json.loads((run / "eval/warmstart_test.json").read_text())
+    weights = (run / "checkpoints/warmstart/model.safetensors").read_bytes()
+    warm = json.loads((run / "warmstart_eval.json").read_text())
+
+    assert main(["train", str(path), "--quiet"]) == 0
+    assert (run / "checkpoints/warmstart/model.safetensors").read_bytes() == weights
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["initial_eval"]["accuracy"] == warm["eval"]["accuracy"] == report["accuracy"]
+    assert main(["train", str(path), "--quiet"]) == 2
+
+
 def test_beta_zero_loads_no_reference_model(tmp_path):
     trainer = GRPOTrainer(small_config(tmp_path), RunDir(tmp_path / "run"))
     trainer.setup(resume=False)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar, get_args
 
 from honed import __version__
-from honed.config import Config, DtypeName, load_config, load_model
+from honed.config import Config, DtypeName, dump_config, load_config, load_model
 from honed.errors import HonedDeprecationWarning, HonedError
 from honed.models.sources import is_checkpoint
 from honed.runs import run_state
@@ -360,7 +360,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     main_process = os.environ.get("RANK", "0") == "0"
     config = load_config(args.config, args.override)
     run = resolve_run_dir(args, config)
-    holds_run = run.config_path.exists() and (run.metrics_path.exists() or run.checkpoints.exists())
+    # a folder `honed sft` wrote (a config and the warm-start, no step yet) is where GRPO starts
+    holds_run = run.config_path.exists() and (
+        run.metrics_path.exists() or run.latest_checkpoint() is not None
+    )
     if holds_run and not (args.resume or args.overwrite) and main_process:
         raise HonedError(
             f"{run.path} already holds a run; pass --resume to continue it, --overwrite to "
@@ -447,6 +450,9 @@ def cmd_sft(args: argparse.Namespace) -> int:
     reporter = Reporter(enabled=not args.quiet and config.logging.progress)
     trainer = GRPOTrainer(config, run, reporter)
     run.create()
+    # the run's config, so that `honed eval RUN` reports the warm-start beside the baselines
+    # before any GRPO step; `honed train` in the same folder replaces it and starts from it
+    run.write_config(dump_config(config))
     trainer.policy = trainer.warm_start()
     results = trainer.evaluate_policy()
     atomic_write_json(
