@@ -41,10 +41,7 @@ def _env(**args) -> MemoryEnv:
         recent=20,
         distractors=4,
         chunks=3,
-        chunk_min=400,
-        chunk_max=700,
-        **spec,
-        **args,
+        **{"chunk_min": 400, "chunk_max": 700, **spec, **args},
     )
 
 
@@ -242,3 +239,43 @@ def test_rollouts_say_which_kinds_of_sentence_they_wrote():
     assert 0.5 < shares["rule"]["facts_written"] <= 1.0
     assert 0.5 < shares["rule"]["distractors_written"] <= 1.0
     assert shares["rule"]["chatter_written"] == 0.0
+
+
+def test_rollout_log_probs_are_what_the_learner_scores():
+    """The memory env's prompts are cut to `max_prompt_tokens` and each chunk is its own turn:
+    the learner must score exactly the tokens the sampler drew, in the context it drew them
+    in, or every GRPO ratio and gradient is about other text. Float32 kernels over another
+    batch shape differ in the last bits, hence the tolerance (far below a token's log-prob)."""
+    import torch
+
+    from honed.config import PolicyConfig, TinyModelConfig
+    from honed.models.batching import build_batch
+    from honed.models.policy import Policy, PolicySampler, SamplingParams
+    from honed.models.scoring import score
+
+    shape = TinyModelConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
+    )
+    policy = Policy.from_config(PolicyConfig(tiny=shape), seed=0)
+    env = _env(quote=True, max_prompt_tokens=400, chunk_min=150, chunk_max=350)
+    temperature = 0.7
+    sampler = PolicySampler(policy, SamplingParams(temperature, 1.0, 48))
+    groups = env.rollout(env.items("train")[:2], sampler, 2, seed=5)
+    segments = [s for g in groups for t in g.trajectories for s in t.segments]
+    assert len(segments) == 2 * 2 * 3
+    batch = build_batch(
+        [s.prompt_ids for s in segments],
+        [s.completion_ids for s in segments],
+        [s.mask() for s in segments],
+        policy.pad_id,
+    )
+    policy.model.eval()
+    with torch.no_grad():
+        scored = score(policy.model, batch, temperature).logprobs
+    for row, segment in zip(scored, segments, strict=True):
+        drawn = torch.tensor(segment.logprobs)
+        assert torch.allclose(row[: len(drawn)], drawn, atol=1e-4), segment.completion_ids
