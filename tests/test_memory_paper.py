@@ -247,19 +247,14 @@ def test_rollout_log_probs_are_what_the_learner_scores():
     in, or every GRPO ratio and gradient is about other text. Float32 kernels over another
     batch shape differ in the last bits, hence the tolerance (far below a token's log-prob)."""
     import torch
+    from tiny_run import SMALL_MODEL
 
     from honed.config import PolicyConfig, TinyModelConfig
     from honed.models.batching import build_batch
     from honed.models.policy import Policy, PolicySampler, SamplingParams
     from honed.models.scoring import score
 
-    shape = TinyModelConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=512,
-    )
+    shape = TinyModelConfig(**{**SMALL_MODEL, "max_position_embeddings": 512})
     policy = Policy.from_config(PolicyConfig(tiny=shape), seed=0)
     env = _env(quote=True, max_prompt_tokens=400, chunk_min=150, chunk_max=350)
     temperature = 0.7
