@@ -360,10 +360,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     main_process = os.environ.get("RANK", "0") == "0"
     config = load_config(args.config, args.override)
     run = resolve_run_dir(args, config)
-    # a folder `honed sft` wrote (a config and the warm-start, no step yet) is where GRPO starts
-    holds_run = run.config_path.exists() and (
-        run.metrics_path.exists() or run.latest_checkpoint() is not None
-    )
+    stepped = run.metrics_path.exists() or run.latest_checkpoint() is not None
+    holds_run = run.config_path.exists() and stepped  # a `honed sft` folder is where GRPO starts
     if holds_run and not (args.resume or args.overwrite) and main_process:
         raise HonedError(
             f"{run.path} already holds a run; pass --resume to continue it, --overwrite to "
