@@ -118,6 +118,10 @@ def test_sft_then_eval_then_train_in_the_same_run_directory(tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["initial_eval"]["accuracy"] == warm["eval"]["accuracy"] == report["accuracy"]
     assert main(["train", str(path), "--quiet"]) == 2
+    # a warm-start trained again in a trained run leaves the run's config as it was trained
+    config = (run / "config.yaml").read_text()
+    assert main(["sft", str(path), "--overwrite", "--quiet", "-o", "sft.steps=3"]) == 0
+    assert (run / "config.yaml").read_text() == config
 
 
 def test_beta_zero_loads_no_reference_model(tmp_path):

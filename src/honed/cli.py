@@ -360,8 +360,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     main_process = os.environ.get("RANK", "0") == "0"
     config = load_config(args.config, args.override)
     run = resolve_run_dir(args, config)
-    stepped = run.metrics_path.exists() or run.latest_checkpoint() is not None
-    holds_run = run.config_path.exists() and stepped  # a `honed sft` folder is where GRPO starts
+    holds_run = run.config_path.exists() and run.has_steps()
     if holds_run and not (args.resume or args.overwrite) and main_process:
         raise HonedError(
             f"{run.path} already holds a run; pass --resume to continue it, --overwrite to "
@@ -448,9 +447,10 @@ def cmd_sft(args: argparse.Namespace) -> int:
     reporter = Reporter(enabled=not args.quiet and config.logging.progress)
     trainer = GRPOTrainer(config, run, reporter)
     run.create()
-    # the run's config, so that `honed eval RUN` reports the warm-start beside the baselines
-    # before any GRPO step; `honed train` in the same folder replaces it and starts from it
-    run.write_config(dump_config(config))
+    if not run.has_steps():  # a trained run's config stays the one it was trained with
+        # so that `honed eval RUN` reports the warm-start beside the baselines before any GRPO
+        # step; `honed train` in the same folder replaces it and starts from the warm-start
+        run.write_config(dump_config(config))
     trainer.policy = trainer.warm_start()
     results = trainer.evaluate_policy()
     atomic_write_json(

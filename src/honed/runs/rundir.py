@@ -323,6 +323,11 @@ class RunDir:
         found = self.step_checkpoints()
         return found[-1] if found else None
 
+    def has_steps(self) -> bool:
+        """Whether GRPO has logged or checkpointed a step here: a folder holding only a
+        warm-start (`honed sft`) has none, and `honed train` may start in it."""
+        return self.metrics_path.exists() or self.latest_checkpoint() is not None
+
     def write_checkpoint(self, path: Path, fill: Callable[[Path], None]) -> None:
         """A checkpoint folder (`checkpoints/step_N`, `checkpoints/warmstart`), built whole
         under a temporary name and renamed into place."""
