@@ -8,10 +8,12 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from honed.models.sources import MODELS
 
@@ -109,3 +111,40 @@ def test_memalpha_gpu_bench_without_a_gpu_says_so():
         return
     out = _run(script="memalpha_gpu.py")
     assert out.returncode == 0 and "no CUDA device" in out.stdout
+
+
+def test_memory_learns_bench_runs_both_designs_on_the_cpu(tmp_path):
+    """Both designs of issue 38's demonstration, one seed each, through the very chains a GPU
+    runs (warm-start, then GRPO), cut to two steps of everything: each archive holds the run's
+    metrics and its last checkpoint whole (optimizer state included, so it resumes), and the
+    rule design's warm-start imitated the rule under the reward without tool success."""
+    out = _run(
+        *("--device", "cpu", "--threads", "1", "--sft-steps", "2", "--seeds", "0"),
+        *("--deadline", "500", "--out", str(tmp_path / "out"), "--runs", str(tmp_path / "runs")),
+        *("-o", "trainer.max_steps=2", "-o", "trainer.prompts_per_step=2"),
+        *("-o", "trainer.num_generations=2", "-o", "eval.num_items=2", "-o", "checkpoint.every=1"),
+        *("-o", "envs.0.args.train_size=16", "-o", "sft.batch_size=2"),
+        script="memory_learns.py",
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    assert out.stdout.count("finished") == 2
+    for design in ("rule", "reference"):
+        with tarfile.open(tmp_path / "out" / f"{design}_0.tgz") as tar:
+            names = set(tar.getnames())
+            config = yaml.safe_load(tar.extractfile(f"{design}_0/config.yaml"))
+            metrics = tar.extractfile(f"{design}_0/metrics.jsonl").read().decode()
+        assert {
+            f"{design}_0/checkpoints/step_2/{f}" for f in ("model.safetensors", "trainer_state.pt")
+        } <= names
+        assert f"{design}_0/checkpoints/warmstart/model.safetensors" in names
+        assert not any("/rollouts/" in name for name in names)
+        steps = [
+            json.loads(line)["step"] for line in metrics.splitlines() if "perf/step_time" in line
+        ]
+        assert steps == [1, 2]
+        args = config["envs"][0]["args"]
+        assert args["tool_success_weight"] == 0
+        assert config["trainer"]["prompts_per_step"] == 2  # -o comes after the designs' own
+        rule = design == "rule"
+        assert args.get("sft_target", "reference") == ("rule" if rule else "reference")
+        assert config["trainer"]["temperature"] == (1.0 if rule else 0.5)
