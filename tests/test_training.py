@@ -90,9 +90,12 @@ def test_warm_start_then_grpo_and_eval_command(tmp_path):
     assert [r["step"] for r in checks] == [2, 4, 5]
     assert checks[-1]["check/token_accuracy"] == summary["warmstart"]["sft/check/token_accuracy"]
     assert all(r["check/threshold"] == 1.0 for r in checks)
-    # A warm-start trained again starts its log again.
+    # A warm-start trained again starts its log again, as a new file (`honed view` tells
+    # logs apart by their inode, which a deleted file may hand on to the next).
+    inode = (run / "warmstart.jsonl").stat().st_ino
     assert main(["sft", str(path), "--overwrite", "--quiet"]) == 0
     assert RunDir(run).read_jsonl(run / "warmstart.jsonl") == log
+    assert (run / "warmstart.jsonl").stat().st_ino != inode
     assert main(["eval", str(run), "--split", "validation", "--quiet"]) == 0
     report = json.loads((run / "eval/step_4_validation.json").read_text())
     assert report["split"] == "validation" and 0.0 <= report["accuracy"] <= 1.0

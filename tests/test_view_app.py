@@ -176,6 +176,49 @@ def test_metrics_come_whole_then_only_the_new_rows(tmp_path):
     assert again["reset"] and [r["step"] for r in again["rows"]] == [1, 2, 3, 4, 5, 6]
 
 
+def test_the_warm_start_comes_first_in_the_metrics_under_its_own_keys(tmp_path):
+    """`honed sft`'s log is served before GRPO's rows, its keys under `warmstart/` and each row
+    marked, so that its batch steps are not read as GRPO steps (the run's step count included)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("seed: 0\n")
+    warm = run / "warmstart.jsonl"
+    warm.write_text(
+        '{"step": 10, "loss": 2.0}\n{"step": 20, "check/accuracy": 0.5, "check/threshold": 0.9}\n'
+    )
+    client = TestClient(create_app(tmp_path))
+    first = client.get("/api/metrics", params={"run": "run"}).json()
+    assert first["rows"] == [
+        {"step": 10, "phase": "warmstart", "warmstart/loss": 2.0},
+        {
+            "step": 20,
+            "phase": "warmstart",
+            "warmstart/check/accuracy": 0.5,
+            "warmstart/check/threshold": 0.9,
+        },
+    ]
+    log = run / "metrics.jsonl"
+    log.write_text('{"step": 1, "reward/mean": 0.5}\n{"step": 2, "reward/mean": 0.75}\n')
+    gen = first["generation"]
+    grpo = client.get("/api/metrics", params={"run": "run", "after": 2, "gen": gen}).json()
+    assert grpo["reset"]  # GRPO's log appeared: a new generation, everything again
+    assert [r.get("phase") for r in grpo["rows"]] == ["warmstart", "warmstart", None, None]
+    with log.open("a") as fh:
+        fh.write('{"step": 3, "reward/mean": 1.0}\n')
+    more = client.get("/api/metrics", params={"run": "run", "after": 4, "gen": grpo["generation"]})
+    assert not more.json()["reset"] and more.json()["rows"] == [{"step": 3, "reward/mean": 1.0}]
+    assert client.get("/api/run", params={"run": "run"}).json()["steps"] == 3
+    # a warm-start started again starts its log again, as a new file (RunDir.restart_log),
+    # here with as many rows as the page has, so only the new file tells the change
+    tmp = run / ".warmstart.tmp"
+    tmp.write_text('{"step": 10, "loss": 1.5}\n{"step": 20, "loss": 1.25}\n')
+    os.replace(tmp, warm)
+    again = client.get(
+        "/api/metrics", params={"run": "run", "after": 5, "gen": more.json()["generation"]}
+    )
+    assert again.json()["reset"] and again.json()["rows"][0]["warmstart/loss"] == 1.5
+
+
 def test_a_grpo_steps_rollouts_and_curriculum_are_served(client, root):
     steps = client.get("/api/rollouts", params={"run": "grpo"}).json()["steps"]
     assert steps == [1, 2, 3, 4]

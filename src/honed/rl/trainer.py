@@ -183,8 +183,7 @@ class GRPOTrainer:
             return self._load(self.run.warmstart)
         check, steps = self.config.sft.check, self.config.sft.steps
         log = self.run.warmstart_log
-        if log.exists():  # a warm-start that starts again starts its log again
-            self.run.remove(log)
+        self.run.restart_log(log)  # a warm-start that starts again starts its log again
         every = max(1, steps // 100)
         losses: list[float] = []
 

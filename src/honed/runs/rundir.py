@@ -274,6 +274,12 @@ class RunDir:
     def append(self, path: Path, record: dict[str, Any]) -> None:
         append_text(self.claim(path), json.dumps(record) + "\n")
 
+    def restart_log(self, path: Path) -> None:
+        """Start a log again, empty, as a new file renamed over the old one: a reader that
+        tells files apart by their inode (`honed view`) sees a new log, never the old rows
+        followed by the new, as it could if the old file were deleted and its inode reused."""
+        atomic_write_text(self.claim(path), "")
+
     def read_jsonl(self, path: Path) -> list[dict[str, Any]]:
         try:
             text = read_text(confined(self.path, path))
@@ -360,6 +366,9 @@ class ReadOnlyRunDir(RunDir):
         pass
 
     def append(self, path: Path, record: dict[str, Any]) -> None:
+        pass
+
+    def restart_log(self, path: Path) -> None:
         pass
 
     def write_rollouts(self, record: dict[str, Any], max_bytes: int) -> None:

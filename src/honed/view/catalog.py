@@ -26,7 +26,14 @@ from honed.runs.files import confined, read_bytes
 from honed.yaml_data import load_yaml
 
 # A folder holding `config.yaml` and one of these is a run.
-MARKERS = ("metrics.jsonl", "state.json", run_state.FILE, "summary.json", "checkpoints")
+MARKERS = (
+    "metrics.jsonl",
+    "warmstart.jsonl",
+    "state.json",
+    run_state.FILE,
+    "summary.json",
+    "checkpoints",
+)
 # A run's own folders, never searched for runs inside it.
 RUN_FOLDERS = frozenset(
     {"checkpoints", "rollouts", "steps", "skills", "cache", "consolidation", "tensorboard", "eval"}

@@ -2,6 +2,12 @@
 already has, so that a page polling a running run gets its new points without reading the
 file again from the start.
 
+The supervised warm-start's `warmstart.jsonl` comes first in the same stream, its keys under
+`warmstart/` and each row marked `"phase": "warmstart"`: its steps count warm-start batches, not
+GRPO steps, so a page places those rows on the step axis only. The warm-start always ends before
+GRPO logs its first row, and starting it again starts its log again (a new file), so the rows
+before a page's count never change under it.
+
 The log only grows while a run trains; on resume honed rewrites it (atomically, so under a new
 inode) without the lines after the checkpoint. A reader keyed by (device, inode) sees that as a
 new `generation` and the page starts over.
@@ -32,11 +38,11 @@ class MetricsCache:
         self._files: dict[str, _Parsed] = {}
         self._lock = threading.Lock()
 
-    def rows(self, run: RunFiles) -> tuple[str, list[dict[str, Any]]]:
-        """(generation, every whole row so far). A line still being written is left for the
-        next read; a line that is not a JSON object is skipped."""
+    def rows(self, run: RunFiles, name: str = "metrics.jsonl") -> tuple[str, list[dict[str, Any]]]:
+        """(generation, every whole row so far) of the run's log `name`. A line still being
+        written is left for the next read; a line that is not a JSON object is skipped."""
         try:
-            path = run.path("metrics.jsonl")
+            path = run.path(name)
             stat = path.stat()
         except (NotFound, OSError):
             return "none", []
@@ -69,10 +75,22 @@ def _row(line: bytes) -> dict[str, Any] | None:
     return finite(value)
 
 
+def _warmstart_row(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "step": row["step"],
+        "phase": "warmstart",
+        **{f"warmstart/{k}": v for k, v in row.items() if k != "step"},
+    }
+
+
 def since(cache: MetricsCache, run: RunFiles, after: int, generation: str | None) -> dict[str, Any]:
-    """The rows after the first `after` of `generation`; all of them (with `reset`) when the
-    page's generation is not the file's any more."""
-    current, rows = cache.rows(run)
-    reset = generation != current or after > len(rows)
+    """The rows after the first `after` of `generation` (the warm-start's, then GRPO's); all of
+    them (with `reset`) when the page's generation is not the files' any more."""
+    warm_generation, warm = cache.rows(run, "warmstart.jsonl")
+    grpo_generation, grpo = cache.rows(run)
+    current = f"{warm_generation}+{grpo_generation}"
+    total = len(warm) + len(grpo)
+    reset = generation != current or after > total
     start = 0 if reset else after
-    return {"generation": current, "reset": reset, "total": len(rows), "rows": rows[start:]}
+    rows = [_warmstart_row(r) for r in warm[start:]] + grpo[max(0, start - len(warm)) :]
+    return {"generation": current, "reset": reset, "total": total, "rows": rows}
