@@ -161,3 +161,26 @@ def test_a_new_metric_point_appears_while_a_run_writes(tmp_path, chromium):
         for _, go_on in holds.values():
             go_on.set()
         run.join(120)
+
+
+def test_a_warm_start_is_drawn_against_its_own_steps_only(tmp_path, chromium):
+    """The warm-start's loss (`warmstart.jsonl`) is a chart of its own group; its steps count
+    warm-start batches, so on the rollouts axis it has no place, even where GRPO logged a step
+    of the same number."""
+    run = tmp_path / "runs" / "sft"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("seed: 0\n")
+    warm = [{"step": i, "loss": 4.0 / i} for i in range(1, 6)]
+    grpo = [{"step": i, "reward/mean": 0.1 * i, "sampling/rollouts_total": 16 * i} for i in (1, 2)]
+    for name, rows in (("warmstart.jsonl", warm), ("metrics.jsonl", grpo)):
+        (run / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with viewer(tmp_path / "runs") as address, browser_page(chromium) as page:
+        page.goto(address + "#/curves?runs=sft&smooth=0")
+        page.locator("summary", has_text="warmstart").click()
+        chart = page.locator("[data-key='warmstart/loss']")
+        chart.wait_for()
+        expect(chart).to_have_attribute("data-drawn", "5")
+        assert chart.get_attribute("data-xmax") == "5"
+        page.select_option("#axis", "rollouts")
+        expect(page.locator("[data-key='reward/mean']")).to_have_attribute("data-xmax", "32")
+        expect(chart).to_have_attribute("data-xmax", "")

@@ -16,8 +16,7 @@ const AXES = {
   time: "wall time (s)",
 };
 
-// x of each row on the chosen axis; null when the row cannot be placed on it. The warm-start's
-// rows (`phase: "warmstart"`) count its own batches: on the step axis only.
+// x of each row on the chosen axis; null when the row cannot be placed on it.
 function xs(rows, axis) {
   if (axis === "step") return rows.map((r) => r.step);
   if (axis === "time") {
@@ -26,7 +25,7 @@ function xs(rows, axis) {
   }
   const byStep = new Map([[0, 0]]);
   for (const r of rows) if (typeof r["sampling/rollouts_total"] === "number") byStep.set(r.step, r["sampling/rollouts_total"]);
-  return rows.map((r) => (r.phase === "warmstart" ? null : byStep.get(r.step) ?? null));
+  return rows.map((r) => byStep.get(r.step) ?? null);
 }
 
 function metricKeys(allRows) {
