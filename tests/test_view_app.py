@@ -150,15 +150,21 @@ def test_the_runs_under_the_root_are_listed_with_what_they_are(client, root):
     assert [r["id"] for r in single] == ["."]  # the root may be one run
 
 
-def test_metrics_come_whole_then_only_the_new_rows(tmp_path):
+def _log_in_a_run(tmp_path: Path, name: str, text: str) -> tuple[Path, Path, TestClient]:
+    """(the run folder, its log `name` holding `text`, a client of the viewer over tmp_path)."""
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.yaml").write_text("seed: 0\n")
-    log = run / "metrics.jsonl"
-    log.write_text(
-        '{"step": 1, "reward/mean": 0.5}\n{"step": 2, "reward/mean": NaN}\n{"step": 3, "rew'
+    (run / name).write_text(text)
+    return run, run / name, TestClient(create_app(tmp_path))
+
+
+def test_metrics_come_whole_then_only_the_new_rows(tmp_path):
+    run, log, client = _log_in_a_run(
+        tmp_path,
+        "metrics.jsonl",
+        '{"step": 1, "reward/mean": 0.5}\n{"step": 2, "reward/mean": NaN}\n{"step": 3, "rew',
     )
-    client = TestClient(create_app(tmp_path))
     first = client.get("/api/metrics", params={"run": "run"}).json()
     assert first["reset"] and first["total"] == 2  # the line being written is left for later
     assert [r["reward/mean"] for r in first["rows"]] == [0.5, None]  # NaN is not JSON
@@ -179,14 +185,11 @@ def test_metrics_come_whole_then_only_the_new_rows(tmp_path):
 def test_the_warm_start_comes_first_in_the_metrics_under_its_own_keys(tmp_path):
     """`honed sft`'s log is served before GRPO's rows, its keys under `warmstart/` and each row
     marked, so that its batch steps are not read as GRPO steps (the run's step count included)."""
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "config.yaml").write_text("seed: 0\n")
-    warm = run / "warmstart.jsonl"
-    warm.write_text(
-        '{"step": 10, "loss": 2.0}\n{"step": 20, "check/accuracy": 0.5, "check/threshold": 0.9}\n'
+    run, warm, client = _log_in_a_run(
+        tmp_path,
+        "warmstart.jsonl",
+        '{"step": 10, "loss": 2.0}\n{"step": 20, "check/accuracy": 0.5, "check/threshold": 0.9}\n',
     )
-    client = TestClient(create_app(tmp_path))
     first = client.get("/api/metrics", params={"run": "run"}).json()
     assert first["rows"] == [
         {"step": 10, "phase": "warmstart", "warmstart/loss": 2.0},
