@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -235,3 +236,31 @@ def test_user_model_directory_and_dataset_environment(tmp_path, small_policy):
     assert main(["train", str(path), "-o", f"policy.model={model_dir}", "--quiet"]) == 0
     summary = json.loads((tmp_path / "run/summary.json").read_text())
     assert "sums/accuracy" in summary["final_eval"]
+
+
+def test_an_update_out_of_device_memory_says_to_split_the_batch(tmp_path, monkeypatch, capsys):
+    """A GPU that cannot hold the step's sequences in one forward and backward (the default,
+    `micro_batch_size: null`) gets one error naming the setting, exit code 2, and the run's
+    checkpoints so far stay. The device's allocator is stood in for: the first micro-batch of
+    step 2 raises what CUDA raises."""
+    import honed.rl.update as update
+
+    calls = {"n": 0}
+    real = update.score
+
+    def score(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > 1:  # step 1 (one micro-batch) runs, step 2 does not fit
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 472.00 MiB.")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(update, "score", score)
+    data = small_config_data(tmp_path)
+    data["checkpoint"]["every"] = 1
+    assert main(["train", str(write_config(tmp_path, data)), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"the update ran out of memory on cpu scoring \d+ sequences", err), err
+    assert "(trainer.micro_batch_size: null, the whole step at once): set" in err
+    assert len(err.strip().splitlines()) == 1
+    saved, _ = RunDir(tmp_path / "run").latest_checkpoint()
+    assert 1 <= saved < data["trainer"]["max_steps"]  # the steps before the failure stay

@@ -408,7 +408,8 @@ class TrainerConfig(Strict):
         None,
         ge=1,
         description="Sequences per forward/backward pass, to bound memory; `null`: the whole "
-        "batch at once. The gradient is the same however the batch is split.",
+        "batch at once (an update that runs out of GPU memory stops with an error naming this "
+        "setting). The gradient is the same however the batch is split.",
     )
     parallel: Literal["ddp", "fsdp"] = Field(
         "ddp",

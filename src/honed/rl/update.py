@@ -29,6 +29,7 @@ from transformers import PreTrainedModel
 
 from honed.config import TrainerConfig
 from honed.distributed.learner import LearnerGroup
+from honed.errors import HonedError
 from honed.models.batching import ScoreBatch, build_batch, micro_batches, right_pad
 from honed.models.dropout import dropout_active
 from honed.models.lora import AdapterFreeReference
@@ -170,7 +171,10 @@ class PolicyUpdate:
         self._found = None
         stats = StepStats()
         for mb, (chunk, weights) in enumerate(batches):
-            self._backward(mb, chunk, weights, cache, stats)
+            try:
+                self._backward(mb, chunk, weights, cache, stats)
+            except torch.OutOfMemoryError as exc:
+                raise HonedError(self._out_of_memory(chunk)) from exc
         if self.learners.distributed:
             stats = self._sum_over_processes(model, stats)
         max_norm = self.settings.max_grad_norm if self.settings.max_grad_norm else math.inf
@@ -181,6 +185,19 @@ class PolicyUpdate:
         check_update(stats.loss, norm, self._found)  # the step is applied only if finite
         self.optimizer.step()
         return stats.metrics(norm)
+
+    def _out_of_memory(self, chunk: list[TrainSequence]) -> str:
+        """What to change when one micro-batch's forward and backward do not fit the device:
+        by default (`micro_batch_size: null`) the update takes the whole step in one pass."""
+        size = self.settings.micro_batch_size
+        longest = max(len(s.prompt_ids) + len(s.completion_ids) for s in chunk)
+        now = f"{size}" if size else "null, the whole step at once"
+        return (
+            f"the update ran out of memory on {self.policy.device} scoring {len(chunk)} sequences "
+            f"of up to {longest} tokens in one pass (trainer.micro_batch_size: {now}): set "
+            "trainer.micro_batch_size lower, or policy.gradient_checkpointing: true; the gradient "
+            "is the same either way"
+        )
 
     def _sum_over_processes(self, model: torch.nn.Module, stats: StepStats) -> StepStats:
         """The statistics, and every trainable parameter's gradient, summed over the learner
