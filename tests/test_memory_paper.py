@@ -120,6 +120,10 @@ def test_the_extractive_reader_picks_one_sentence_without_the_answer_key():
     stale = context + "\nsemantic: Kiri has since moved to the city of Riga"
     assert reader.score(Question(city.question, ["Riga"]), stale) == 0.0
     assert reader.score(city, "") == 0.0
+    # a memory that holds one sentence several times (a sampled policy writes such) has no
+    # second sentence for the second hop: the first is the answer
+    twice = "semantic: Gonu is the boss of Kiri\nepisodic: Gonu is the boss of Kiri"
+    assert reader.answer(two_hop, twice) == "Gonu is the boss of Kiri"
 
 
 def test_rule_inserts_every_sentence_but_chatter_and_never_changes_anything():

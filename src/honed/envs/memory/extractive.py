@@ -58,6 +58,8 @@ class ExtractiveReader:
         asked, found = _words(question.question), _words(first)
         query = " ".join(sorted(found - asked) + sorted(asked - found))
         rest = [c for c in candidates if c != first]
+        if not rest:  # the same sentence stored several times: no second hop to take
+            return first
         return rest[bm25_top(rest, [query], 1)[0][0]]
 
     def score(self, question: Question, context: str) -> float:
