@@ -5,9 +5,9 @@ file again from the start.
 The supervised warm-start's `warmstart.jsonl` comes first in the same stream, its keys under
 `warmstart/` and each row marked `"phase": "warmstart"`: its steps count warm-start batches, not
 GRPO steps, and its rows carry neither `time` nor `sampling/rollouts_total`, so a page can place
-them on the step axis only. The warm-start always ends before
-GRPO logs its first row, and starting it again starts its log again (a new file), so the rows
-before a page's count never change under it.
+them on the step axis only. The warm-start always ends before GRPO logs its first row, and
+starting it again starts its log again (a new file), so the rows before a page's count never
+change under it.
 
 The log only grows while a run trains; on resume honed rewrites it (atomically, so under a new
 inode) without the lines after the checkpoint. A reader keyed by (device, inode) sees that as a
