@@ -41,6 +41,8 @@ import tarfile
 import time
 from pathlib import Path
 
+from honed.runs.rundir import RunDir
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "examples" / "memory_learns.yaml"
 
@@ -106,20 +108,19 @@ def chain(design: str, seed: int, args: argparse.Namespace) -> str:
 
 
 def pack(run: Path, out: Path) -> Path:
-    """The run's small files, its warm-start and its last checkpoint's weights, as one archive."""
+    """The run's small files and logs, its warm-start's weights and its last checkpoint whole
+    (optimizer state included), as one archive; a chain that failed before it made the run's
+    folder packs its logs alone."""
     target = out / f"{run.name}.tgz"
-    steps = sorted(
-        (p for p in (run / "checkpoints").glob("step_*") if p.is_dir()),
-        key=lambda p: int(p.name.split("_")[1]),
-    )
-    keep = [p for p in run.iterdir() if p.is_file()]
-    for log in run.parent.glob(f"{run.name}.*.log"):
-        keep.append(log)
-    warmstart = run / "checkpoints" / "warmstart"
-    if warmstart.is_dir():
-        keep += [p for p in warmstart.iterdir() if p.name != "trainer_state.pt"]
-    for ckpt in steps[-1:]:
-        keep += list(ckpt.iterdir())
+    keep = list(run.parent.glob(f"{run.name}.*.log"))
+    if run.is_dir():
+        keep += [p for p in run.iterdir() if p.is_file()]
+        folder = RunDir(run)
+        if folder.warmstart.is_dir():
+            keep += [p for p in folder.warmstart.iterdir() if p.name != "trainer_state.pt"]
+        latest = folder.latest_checkpoint()
+        if latest is not None:
+            keep += list(latest[1].iterdir())
     with tarfile.open(target, "w:gz") as tar:
         for path in keep:
             tar.add(path, arcname=str(path.relative_to(run.parent)))
@@ -148,7 +149,7 @@ def main() -> None:
             cmd = chain(design, seed, args)
             print(f"[{design} {seed}] {cmd}", flush=True)
             procs[f"{design}_{seed}"] = subprocess.Popen(
-                cmd, shell=True, cwd=ROOT, start_new_session=True, env=os.environ.copy()
+                cmd, shell=True, cwd=ROOT, start_new_session=True
             )
     while any(p.poll() is None for p in procs.values()):
         if time.monotonic() - start > args.deadline:
