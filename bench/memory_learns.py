@@ -21,8 +21,12 @@ The designs (docs/memory.md, "A demonstration that learns"):
 - `rule`: the warm-start imitates the rule (every non-chatter sentence, verbatim), so what to
   leave out is the reward's to teach; GRPO samples at temperature 1, where every group's
   accuracy spreads;
-- `reference`: GRPO from a warm-start that imitates the reference plan (`--warmstarts DIR`,
-  holding `ws<seed>/`, or trained here), sampled at temperature 0.5.
+- `reference`: GRPO from a warm-start that imitates the reference plan, sampled at
+  temperature 0.5.
+
+A design's warm-start is trained here unless `--warmstarts DIR` holds one, as
+`DIR/<design>/ws<seed>/` (or `DIR/ws<seed>/` for the reference design): a warm-start made on
+CPUs beforehand (`honed sft` with the chain's overrides) leaves the GPU's time to GRPO.
 
 Both weigh tool success r2 at 0 (`tool_success_weight`), so that the reward is what the
 reader answers from memory, and refused writes past the budget are not a reason to write less.
@@ -74,6 +78,17 @@ def _overrides(items: list[str]) -> list[str]:
     return [arg for item in items for arg in ("-o", item)]
 
 
+def warmstart(folder: Path | None, design: str, seed: int) -> Path | None:
+    """The warm-start given for (design, seed): `FOLDER/<design>/ws<seed>/`, or for the
+    reference design `FOLDER/ws<seed>/` (the layout of the first GPU runs); None: train one."""
+    if folder is None:
+        return None
+    paths = [folder / design / f"ws{seed}"]
+    if design == "reference":
+        paths.append(folder / f"ws{seed}")
+    return next((path for path in paths if path.is_dir()), None)
+
+
 def chain(design: str, seed: int, args: argparse.Namespace) -> str:
     """The shell command of one (design, seed) pair: warm-start, then GRPO."""
     honed = f"{sys.executable} -m honed"
@@ -87,7 +102,7 @@ def chain(design: str, seed: int, args: argparse.Namespace) -> str:
         *spec["both"],
         *args.override,
     ]
-    given = args.warmstarts / f"ws{seed}" if args.warmstarts and design == "reference" else None
+    given = warmstart(args.warmstarts, design, seed)
     steps: list[str] = []
     if given is not None:
         start = [f"policy.model={given}", "sft.steps=0"]
@@ -137,7 +152,11 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--threads", type=int, default=2, help="torch threads per process")
     parser.add_argument("--sft-steps", type=int, default=0, help="0: the design's own")
-    parser.add_argument("--warmstarts", type=Path, help="folder of ws<seed>/ reference warm-starts")
+    parser.add_argument(
+        "--warmstarts",
+        type=Path,
+        help="folder of <design>/ws<seed>/ warm-starts (ws<seed>/ alone: the reference design's)",
+    )
     parser.add_argument("-o", "--override", action="append", default=[], help="KEY=VALUE")
     args = parser.parse_args()
     args.runs.mkdir(parents=True, exist_ok=True)

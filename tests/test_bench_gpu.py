@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -148,3 +149,33 @@ def test_memory_learns_bench_runs_both_designs_on_the_cpu(tmp_path):
         rule = design == "rule"
         assert args.get("sft_target", "reference") == ("rule" if rule else "reference")
         assert config["trainer"]["temperature"] == (1.0 if rule else 0.5)
+
+
+def test_memory_learns_takes_each_designs_warm_start_from_its_folder(tmp_path):
+    """Warm-starts made beforehand travel as `DIR/<design>/ws<seed>/` (the reference design's
+    also as `DIR/ws<seed>/`, the first runs' layout); a design with none given trains its own,
+    and one given skips `honed sft` and starts GRPO from it."""
+    spec = importlib.util.spec_from_file_location(
+        "memory_learns", ROOT / "bench" / "memory_learns.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for path in ("ws0", "ws1", "rule/ws1", "reference/ws1"):
+        (tmp_path / path).mkdir(parents=True)
+    assert bench.warmstart(tmp_path, "reference", 0) == tmp_path / "ws0"
+    assert bench.warmstart(tmp_path, "reference", 1) == tmp_path / "reference" / "ws1"
+    assert bench.warmstart(tmp_path, "rule", 0) is None  # ws0 is the reference design's
+    assert bench.warmstart(tmp_path, "rule", 1) == tmp_path / "rule" / "ws1"
+    assert bench.warmstart(None, "rule", 1) is None
+    args = SimpleNamespace(
+        runs=tmp_path / "runs",
+        device="cpu",
+        threads=1,
+        override=[],
+        sft_steps=0,
+        warmstarts=tmp_path,
+    )
+    given, trained = bench.chain("rule", 1, args), bench.chain("rule", 0, args)
+    assert " sft " not in given and f"policy.model={tmp_path / 'rule' / 'ws1'}" in given
+    assert "trainer.temperature=1.0" in given and "envs.0.args.sft_target=rule" in given
+    assert " sft " in trained and "policy.model=" not in trained

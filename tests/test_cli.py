@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -111,6 +112,25 @@ def test_a_finished_run_is_not_overwritten_without_asking(tmp_path, capsys):
     code, err = _run(capsys, "train", str(path), "--quiet")
     assert code == 2 and "--resume" in err and "--overwrite" in err
     assert (tmp_path / "run/summary.json").read_text() == before
+
+
+def test_a_run_that_died_before_its_first_checkpoint_says_so(tmp_path, capsys):
+    """Its metrics hold the initial evaluation and nothing resumes: the error says that
+    --resume would start over, so the user is not sent to a resume that resumes nothing."""
+    path = write_config(tmp_path)
+    assert main(["train", str(path), "--quiet", "-o", "trainer.max_steps=1"]) == 0
+    run = tmp_path / "run"
+    metrics = run / "metrics.jsonl"
+    first = metrics.read_text().splitlines()[0]
+    assert json.loads(first)["step"] == 0  # the initial evaluation
+    metrics.write_text(first + "\n")
+    shutil.rmtree(run / "checkpoints")
+    for name in ("summary.json", "run_state.json"):
+        (run / name).unlink(missing_ok=True)
+    code, err = _run(capsys, "train", str(path), "--quiet")
+    assert code == 2 and "stopped before its first checkpoint" in err and "--overwrite" in err
+    assert metrics.read_text().count("\n") == 1  # nothing was touched
+    assert main(["train", str(path), "--quiet", "--resume", "-o", "trainer.max_steps=1"]) == 0
 
 
 def test_overrides_parse_yaml_values_and_list_indices(tmp_path):

@@ -362,6 +362,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     run = resolve_run_dir(args, config)
     holds_run = run.config_path.exists() and run.has_steps()
     if holds_run and not (args.resume or args.overwrite) and main_process:
+        if run.latest_checkpoint() is None:
+            raise HonedError(
+                f"{run.path} holds a run that stopped before its first checkpoint; pass "
+                "--overwrite to start it again (--resume would start it over too) or --run-dir "
+                "to start another"
+            )
         raise HonedError(
             f"{run.path} already holds a run; pass --resume to continue it, --overwrite to "
             "replace it, or --run-dir to start another"
