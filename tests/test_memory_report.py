@@ -14,6 +14,7 @@ from honed.envs.base import Reporting
 from honed.envs.memory import MemoryEnv
 from honed.envs.memory.report import COLUMNS
 from honed.errors import HonedError
+from honed.models.policy import Policy
 from honed.runs.rundir import RunDir
 
 
@@ -133,6 +134,35 @@ def test_eval_on_a_memory_run_prints_the_table_and_adds_it_to_the_summary(
     assert names[-2:] == ["warm-start agent", "GRPO agent (step_1)"]
     written = json.loads((tmp_path / "run" / "eval" / "step_1_test.json").read_text())
     assert written["reports"]["memory"] == report["memory"]
+
+
+def test_eval_rolls_the_evaluated_policy_out_once_for_metrics_and_report(
+    tmp_path, capsys, monkeypatch
+):
+    """The report's row of the evaluated policy replays the metrics' rollout (`MemoSampler`):
+    every (prompt, seed) reaches the evaluated model once, the warm-start's rows are sampled
+    by their own model, and the row and the metrics agree."""
+    path = tmp_path / "memory.yaml"
+    path.write_text(yaml.safe_dump(_memory_run_config(tmp_path)))
+    assert main(["train", str(path), "--quiet"]) == 0
+    calls: list[tuple[int, tuple[int, ...], int]] = []
+    sample = Policy.generate
+
+    def counted(self, prompts, seeds, params):
+        calls.extend((id(self), tuple(p), s) for p, s in zip(prompts, seeds, strict=True))
+        return sample(self, prompts, seeds, params)
+
+    monkeypatch.setattr(Policy, "generate", counted)
+    out = tmp_path / "eval.json"
+    assert main(["eval", str(tmp_path / "run"), "--quiet", "--out", str(out)]) == 0
+    models = {model for model, _, _ in calls}
+    assert len(models) == 2  # the evaluated policy and the warm-start
+    evaluated = calls[0][0]
+    mine = [call for call in calls if call[0] == evaluated]
+    assert mine and len(mine) == len(set(mine))
+    written = json.loads(out.read_text())
+    rows = {row["memory"]: row for row in written["reports"]["memory"]["rows"]}
+    assert rows["GRPO agent (step_1)"]["accuracy (r1)"] == pytest.approx(written["memory/accuracy"])
 
 
 def _llm(req: FakeRequest) -> str:

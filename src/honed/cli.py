@@ -522,7 +522,7 @@ def _use_threads(config: Config) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     from honed.envs.base import Reporting
     from honed.models.policy import Policy, SamplingParams
-    from honed.rl.evaluate import env_reports, evaluate
+    from honed.rl.evaluate import MemoSampler, env_reports, evaluate
     from honed.rl.trainer import build_envs
     from honed.types import derive_seed
 
@@ -534,24 +534,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
     check_tree(checkpoint)
     policy = Policy.from_checkpoint(checkpoint, config.policy, config.seed)
     num_items = args.num_items or config.eval.num_items
+    params = SamplingParams(
+        config.eval.temperature, config.trainer.top_p, config.trainer.max_completion_length
+    )
+    sampler = MemoSampler(policy, params)  # the report's rollout of this policy replays it
     with reporter.status(f"evaluating {checkpoint} on {args.split}"):
         results = evaluate(
             policy,
             envs,
             split=args.split,
             num_items=num_items,
-            temperature=config.eval.temperature,
-            max_tokens=config.trainer.max_completion_length,
-            top_p=config.trainer.top_p,
             seed=derive_seed(config.seed, "eval"),
+            sampler=sampler,
         )
-    params = SamplingParams(
-        config.eval.temperature, config.trainer.top_p, config.trainer.max_completion_length
-    )
     tables = {}
     if any(isinstance(env, Reporting) for env in envs.values()):
         with reporter.status("environment reports (baselines and agents)"):
-            agents = _report_agents(run, checkpoint, policy, config)
+            agents = {
+                label: sampler if agent is policy else agent
+                for label, agent in _report_agents(run, checkpoint, policy, config).items()
+            }
             tables = env_reports(
                 agents, envs, args.split, num_items, params, derive_seed(config.seed, "eval")
             )

@@ -6,6 +6,7 @@ environment does not drown a small one; per-environment and per-level numbers ar
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
@@ -13,7 +14,7 @@ from honed.envs.base import Environment, Reporting, Sample, SingleTurnEnv, Table
 from honed.envs.metrics import step_metrics
 from honed.models.dropout import eval_mode
 from honed.models.policy import Policy, PolicySampler, SamplingParams
-from honed.types import Group, Message, Prompt
+from honed.types import Group, Message, Prompt, prompt_text
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -80,6 +81,31 @@ class FewShotSampler:
         return self.inner.generate(wrapped, seeds)
 
 
+class MemoSampler(PolicySampler):
+    """A `PolicySampler` that answers a (prompt, seed) it has sampled before from memory.
+
+    `honed eval` rolls the evaluated policy out for its metrics and then again in an
+    environment's report, on the same items with the same seeds. By the `Generator` contract
+    the second rollout's completions are the first's, so it replays them: on a real model each
+    rollout of a long-memory environment takes minutes.
+    """
+
+    def __init__(self, policy: Policy, params: SamplingParams) -> None:
+        super().__init__(policy, params)
+        self._seen: dict[tuple[str | tuple[int, ...], int], Sample] = {}
+
+    def generate(self, prompts: Sequence[Prompt | list[int]], seeds: Sequence[int]) -> list[Sample]:
+        keys = [
+            (tuple(p) if p and isinstance(p[0], int) else prompt_text(p), seed)  # type: ignore[arg-type]
+            for p, seed in zip(prompts, seeds, strict=True)
+        ]
+        todo = {key: i for i, key in enumerate(keys) if key not in self._seen}
+        if todo:
+            fresh = super().generate([prompts[i] for i in todo.values()], [k[1] for k in todo])
+            self._seen.update(zip(todo, fresh, strict=True))
+        return [copy.deepcopy(self._seen[key]) for key in keys]
+
+
 def few_shot_examples(env: Environment, count: int) -> list[tuple[Prompt, str]]:
     """The first `count` solved examples of the train split (never held-out items)."""
     out: list[tuple[Prompt, str]] = []
@@ -100,13 +126,16 @@ def evaluate(
     top_p: float = 1.0,
     seed: int = 0,
     few_shot: int = 0,
+    sampler: PolicySampler | None = None,
 ) -> dict[str, float]:
     """Metric name → value; always includes `accuracy` and `reward`.
 
     With `few_shot > 0`, every single-turn environment's prompts carry that many solved train
-    examples (`FewShotSampler`); environments of other kinds are left out.
+    examples (`FewShotSampler`); environments of other kinds are left out. `sampler`, given,
+    samples the policy instead of one with the settings above (a `MemoSampler` that a report
+    then replays).
     """
-    sampler = PolicySampler(policy, SamplingParams(temperature, top_p, max_tokens))
+    sampler = sampler or PolicySampler(policy, SamplingParams(temperature, top_p, max_tokens))
     results: dict[str, float] = {}
     accuracies, rewards = [], []
     with eval_mode(policy.model):
@@ -132,19 +161,23 @@ def evaluate(
 
 
 def env_reports(
-    agents: Mapping[str, Policy],
+    agents: Mapping[str, Policy | PolicySampler],
     envs: Mapping[str, Environment],
     split: str = "test",
     num_items: int | None = 200,
     params: SamplingParams = GREEDY,
     seed: int = 0,
 ) -> dict[str, Table]:
-    """Each reporting environment's table (`Reporting`), with every agent on the same items."""
+    """Each reporting environment's table (`Reporting`), with every agent on the same items: a
+    policy sampled with `params`, or a sampler as it is (one that has rolled out already)."""
     reporting = {name: env for name, env in envs.items() if isinstance(env, Reporting)}
     if not reporting:
         return {}
-    samplers = {label: PolicySampler(policy, params) for label, policy in agents.items()}
-    with eval_mode(*(policy.model for policy in agents.values())):
+    samplers = {
+        label: agent if isinstance(agent, PolicySampler) else PolicySampler(agent, params)
+        for label, agent in agents.items()
+    }
+    with eval_mode(*(sampler.policy.model for sampler in samplers.values())):
         return {
             name: env.report(samplers, split, num_items, seed) for name, env in reporting.items()
         }
