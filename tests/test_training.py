@@ -14,7 +14,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from honed.cli import main
 from honed.errors import HonedError
+from honed.rl.plan import training_plan
 from honed.rl.trainer import GRPOTrainer
+from honed.runs.lifecycle import RunLifecycle
 from honed.runs.rundir import RunDir
 
 
@@ -209,6 +211,28 @@ def test_max_rollouts_stops_once_the_completions_budget_is_spent(tmp_path):
     assert totals[-1] >= 60 and all(t < 60 for t in totals[:-1])
     assert summary["steps"] == len(rows) < 50
     assert summary["rollouts"] == totals[-1]
+    assert summary["ended_by"] == "max_rollouts"
+
+
+def test_max_time_stops_after_the_step_in_flight_saved_evaluated_and_resumable(
+    tmp_path, monkeypatch
+):
+    """A job's wall-clock limit: the run ends after the step during which `max_time_s` passed,
+    with that step's checkpoint and the final evaluation, and `--resume` goes on to
+    `max_steps`. The clock is the run's, here 100 s a step."""
+    cfg = small_config(tmp_path, "trainer.max_steps=5", "trainer.max_time_s=250")
+    assert dict(training_plan(cfg))["steps"] == "5 (≤ 250 s)"  # what --dry-run prints
+    trainer = GRPOTrainer(cfg, RunDir(tmp_path / "run"))
+    monkeypatch.setattr(RunLifecycle, "seconds", property(lambda _: 100.0 * trainer.step))
+    summary = trainer.train()
+    assert summary["steps"] == 3 and summary["ended_by"] == "max_time_s"
+    assert RunDir(tmp_path / "run").latest_checkpoint()[0] == 3
+    rows = trainer.run.read_jsonl(trainer.run.metrics_path)
+    assert rows[-1]["step"] == 3 and "eval/accuracy" in rows[-1]  # the final evaluation
+    assert summary["final_eval"]["accuracy"] == rows[-1]["eval/accuracy"]
+    resumed = GRPOTrainer(small_config(tmp_path, "trainer.max_steps=5"), RunDir(tmp_path / "run"))
+    summary = resumed.train(resume=True)
+    assert summary["steps"] == 5 and summary["ended_by"] == "max_steps"
 
 
 def test_user_model_directory_and_dataset_environment(tmp_path, small_policy):

@@ -290,6 +290,16 @@ class TrainerConfig(Strict):
         "budget. `rollouts/generated` (and its older name `sampling/rollouts_total`) logs the "
         "count.",
     )
+    max_time_s: float | None = Field(
+        None,
+        gt=0,
+        description="Also stop after the step during which this process has run this many "
+        "seconds (counted from its start: loading, the initial evaluation and a resume's "
+        "set-up included), for a job with a wall-clock limit: the step in flight finishes, its "
+        "checkpoint is written and the final evaluation runs, so leave them room below the "
+        "limit; `--resume` goes on from there. Several learner processes stop after the same "
+        "step. `null`: no limit.",
+    )
     prompts_per_step: int = Field(8, ge=1, description="Items (groups) per step.")
     num_generations: int = Field(
         8,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from honed.config import Config
+from honed.config import Config, TrainerConfig
 from honed.envs.registry import build_envs
 from honed.types import SPLITS
 
@@ -31,10 +31,7 @@ def training_plan(config: Config) -> list[tuple[str, str]]:
     rows = [
         ("policy", _policy(config)),
         ("device / dtype", f"{config.policy.device} / {config.policy.dtype}"),
-        (
-            "steps",
-            f"{t.max_steps} (≤ {t.max_rollouts} rollouts)" if t.max_rollouts else str(t.max_steps),
-        ),
+        ("steps", _steps(t)),
         ("batch", f"{t.prompts_per_step} prompts × {t.num_generations} generations per step"),
         ("rollouts", str(t.max_steps * t.prompts_per_step * t.num_generations)),
         ("learning rate", f"{t.learning_rate:g}, {t.lr_scheduler_type}{warm}"),
@@ -92,3 +89,10 @@ def _backend(config: Config) -> str:
 def _short(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value
     return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _steps(t: TrainerConfig) -> str:
+    """`max_steps`, with the other limits that may end the run first."""
+    limits = [f"≤ {t.max_rollouts} rollouts"] if t.max_rollouts else []
+    limits += [f"≤ {t.max_time_s:g} s"] if t.max_time_s else []
+    return f"{t.max_steps} ({', '.join(limits)})" if limits else str(t.max_steps)

@@ -143,6 +143,7 @@ class GRPOTrainer:
         self.policy: Policy | None = None
         self.resume_changes: list[Change] = []
         self.final_eval: dict[str, float] | None = None
+        self.out_of_time = False  # `trainer.max_time_s` has run out (`after_step`)
 
     @property
     def rollouts_generated(self) -> int:
@@ -760,6 +761,11 @@ class GRPOTrainer:
         if halt is not None:  # a non-finite value: its step is not saved, the last one stays
             self.life.close_sinks()
             raise RunStopped(halt, self.saved_step, self.saved())
+        if self.ended_by() == "max_time_s":
+            self.reporter.note(
+                f"stopped after step {self.step}: trainer.max_time_s "
+                f"({self.config.trainer.max_time_s:g} s) has passed; --resume goes on"
+            )
         if self.saved_step != self.step:
             self.save_checkpoint()
         final_eval = self.final_eval
@@ -795,10 +801,24 @@ class GRPOTrainer:
     # ------------------------------------------------------------------ the lifecycle's loop
 
     def done(self) -> bool:
-        return self.step >= self.config.trainer.max_steps or self.budget_spent()
+        return self.ended_by() is not None
+
+    def ended_by(self) -> str | None:
+        """The limit that ends the run now, by its config key; None while none has been met."""
+        trainer = self.config.trainer
+        if self.step >= trainer.max_steps:
+            return "max_steps"
+        if self.budget_spent():
+            return "max_rollouts"
+        return "max_time_s" if self.out_of_time else None
 
     def after_step(self, record: dict[str, Any]) -> None:
-        """The held-out evaluation every `eval.every` steps, logged with the step."""
+        """The held-out evaluation every `eval.every` steps, logged with the step; whether
+        `trainer.max_time_s` has run out, decided once a step and by every learner process
+        alike (their clocks differ, and one that stopped alone would leave the others waiting)."""
+        limit = self.config.trainer.max_time_s
+        if limit is not None:
+            self.out_of_time = self.learners.any(self.life.seconds >= limit, self.policy.device)
         self.final_eval = None
         every = self.config.eval.every
         if every and self.step % every == 0:
@@ -862,6 +882,7 @@ class GRPOTrainer:
         head, tail = _head_tail(rows, "reward/mean")
         return {
             "steps": self.step,
+            "ended_by": self.ended_by(),  # the limit met: max_steps, max_rollouts or max_time_s
             "rollouts": self.rollouts_generated,
             "tokens_generated": self.counts.tokens_generated,
             "initial_eval": self.initial_eval,
