@@ -2,8 +2,9 @@
 
 Each (design, seed) pair is one chain of `honed` commands in its own process and run folder:
 the warm-start (`honed sft`, unless a warm-start checkpoint is given), then GRPO (`honed
-train`) until the deadline, when it is stopped; checkpoints are written atomically every
-`checkpoint.every` steps, so the last one is whole. Each run folder is then packed (metrics,
+train`) until `--wrap-up` seconds before the deadline (`trainer.max_time_s`), when it writes
+its last step's checkpoint and evaluates it; a process still running at the deadline is killed,
+and its last checkpoint (written atomically every `checkpoint.every` steps) is whole. Each run folder is then packed (metrics,
 configs, logs, the warm-start's weights and the last checkpoint whole, optimizer state
 included, so that `honed train --run-dir` resumes it; no rollouts) into
 `OUT/<design>_<seed>.tgz`, to be evaluated against the baselines with
@@ -114,9 +115,13 @@ def chain(design: str, seed: int, args: argparse.Namespace) -> str:
             + f" > {run}.sft.log 2>&1"
         )
         start = []
+    # GRPO ends itself `--wrap-up` seconds before the deadline (`trainer.max_time_s`, counted
+    # from when it starts, after any warm-start), in time to write its last step and evaluate
+    left = f"$(( {args.stop_at} - $(date +%s) ))"
     steps.append(
         f"{honed} train {CONFIG} --run-dir {run} --quiet "
         + " ".join(_overrides(base + start + spec["train"]))
+        + f' -o trainer.max_time_s="$(( {left} > 1 ? {left} : 1 ))"'
         + f" > {run}.train.log 2>&1"
     )
     return " && ".join(steps)
@@ -149,6 +154,12 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--designs", nargs="+", default=list(DESIGNS), choices=list(DESIGNS))
     parser.add_argument("--deadline", type=float, required=True, help="seconds from the start")
+    parser.add_argument(
+        "--wrap-up",
+        type=float,
+        default=60,
+        help="seconds before the deadline that GRPO stops to save and evaluate",
+    )
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--threads", type=int, default=2, help="torch threads per process")
     parser.add_argument("--sft-steps", type=int, default=0, help="0: the design's own")
@@ -162,6 +173,7 @@ def main() -> None:
     args.runs.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
+    args.stop_at = int(time.time() + args.deadline - args.wrap_up)
     procs = {}
     for design in args.designs:
         for seed in args.seeds:

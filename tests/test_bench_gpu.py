@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -134,6 +135,8 @@ def test_memory_learns_bench_runs_both_designs_on_the_cpu(tmp_path):
             names = set(tar.getnames())
             config = yaml.safe_load(tar.extractfile(f"{design}_0/config.yaml"))
             metrics = tar.extractfile(f"{design}_0/metrics.jsonl").read().decode()
+            summary = json.load(tar.extractfile(f"{design}_0/summary.json"))
+        assert summary["ended_by"] == "max_steps"  # long before `trainer.max_time_s`
         assert {
             f"{design}_0/checkpoints/step_2/{f}" for f in ("model.safetensors", "trainer_state.pt")
         } <= names
@@ -174,8 +177,13 @@ def test_memory_learns_takes_each_designs_warm_start_from_its_folder(tmp_path):
         override=[],
         sft_steps=0,
         warmstarts=tmp_path,
+        stop_at=int(time.time()) + 100,
     )
     given, trained = bench.chain("rule", 1, args), bench.chain("rule", 0, args)
     assert " sft " not in given and f"policy.model={tmp_path / 'rule' / 'ws1'}" in given
     assert "trainer.temperature=1.0" in given and "envs.0.args.sft_target=rule" in given
     assert " sft " in trained and "policy.model=" not in trained
+    # GRPO's time limit is what is left until `stop_at` when it starts, as the shell computes it
+    limit = given.split("trainer.max_time_s=")[1].rsplit(" > ", 1)[0]  # before the log
+    seconds = subprocess.run(["sh", "-c", f"echo {limit}"], capture_output=True, text=True)
+    assert 95 <= int(seconds.stdout) <= 100
