@@ -12,7 +12,7 @@ from test_memory_env import HAND, ScriptedGenerator, _chunk
 from honed.cli import main
 from honed.envs.base import Reporting
 from honed.envs.memory import MemoryEnv
-from honed.envs.memory.report import COLUMNS
+from honed.envs.memory.report import COLUMNS, paired_gain
 from honed.errors import HonedError
 from honed.models.policy import Policy
 from honed.runs.rundir import RunDir
@@ -29,8 +29,9 @@ def test_report_sets_agents_beside_the_baselines_on_the_same_instances():
 
     table = env.report({"reference agent": follows, "silent agent": silent}, "test", num_items=2)
 
-    assert table.columns == COLUMNS
-    rows = {row[0]: dict(zip(COLUMNS, row, strict=True)) for row in table.rows}
+    paired = ["accuracy − reference agent", "± (paired SE)"]  # with two agents or more
+    assert table.columns == [*COLUMNS, *paired]
+    rows = {row[0]: dict(zip(table.columns, row, strict=True)) for row in table.rows}
     assert list(rows) == [
         "no memory",
         "store everything",
@@ -53,6 +54,8 @@ def test_report_sets_agents_beside_the_baselines_on_the_same_instances():
     assert agent["chunk reward"] == pytest.approx(2.1 + 0.05 * agent["compression (r3)"])
     assert silent_row["accuracy (r1)"] == 0.0 and silent_row["memory tokens"] == 0.0
     assert silent_row["chunk reward"] == pytest.approx(0 + 1 + 0.05 * 1 + 0.1 * 1)
+    assert silent_row[paired[0]] == -1.0 and silent_row[paired[1]] == 0.0  # lost everything
+    assert all(row[paired[0]] is None for name, row in rows.items() if name != "silent agent")
     everything = rows["store everything"]
     assert everything["accuracy (r1)"] == 1.0 and everything["compression (r3)"] == 0.0
     assert everything["tool success (r2)"] is None and everything["chunk reward"] is None
@@ -106,6 +109,17 @@ def _memory_run_config(tmp_path) -> dict:
         "eval": {"num_items": 2},
         "logging": {"progress": False},
     }
+
+
+def test_paired_gain_is_the_mean_per_instance_difference_and_its_standard_error():
+    """Two agents whose accuracies differ by 0.1 on every instance gain 0.1 with no error,
+    however far apart the instances are; a gain on half the instances has the binomial-like
+    error of the differences (sd of [0, 0.2, 0, 0.2] is 0.1155, over √4)."""
+    before = [0.1, 0.9, 0.5, 0.3]
+    assert paired_gain(before, [b + 0.1 for b in before]) == pytest.approx([0.1, 0.0], abs=1e-12)
+    gain, error = paired_gain(before, [0.1, 1.1, 0.5, 0.5])
+    assert gain == pytest.approx(0.1) and error == pytest.approx(0.11547 / 2, rel=1e-4)
+    assert paired_gain([0.5], [0.7]) == pytest.approx([0.2, 0.0])
 
 
 def test_eval_on_a_memory_run_prints_the_table_and_adds_it_to_the_summary(

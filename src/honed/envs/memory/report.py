@@ -12,13 +12,16 @@ give them; then the mean accuracy (r1; over data sets, as Mem-α's average
 column), memory tokens, tool success r2, compression r3, validity r4, the mean chunk reward
 r1 + r2 + compression_weight·r3 + validity_weight·r4, and the answers that could not be scored
 (reader errors: a judge without a verdict, a server that gave up). The baselines call no tools,
-so r2, r4 and the chunk reward do not apply to them (`None`).
+so r2, r4 and the chunk reward do not apply to them (`None`). With two agents or more (`honed
+eval` on a run: the warm-start, then the trained agent), two last columns give each later
+agent's accuracy gain over the first, instance by instance, and its standard error.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from statistics import mean
+from statistics import mean, stdev
 
 from honed.envs.base import Table
 from honed.envs.memory.baselines import BaselineResult, Scored
@@ -90,4 +93,21 @@ def memory_report(
     columns += [f"memory tokens: {s}" for s in sources] if several else []
     columns += COLUMNS[1:]
     rows = [_row(r, sources, tools) for r, tools in results]  # type: ignore[arg-type]
+    if len(agents) > 1:
+        first, *later = agents
+        columns += [f"accuracy − {first}", "± (paired SE)"]
+        start = [t.success for t in agents[first]]
+        for row, (result, _) in zip(rows, results, strict=True):
+            gain = [t.success for t in agents[result.name]] if result.name in later else None
+            row += paired_gain(start, gain) if gain else [None, None]
     return Table(f"{num_instances} instances", columns, rows)
+
+
+def paired_gain(before: Sequence[float], after: Sequence[float]) -> list[float]:
+    """The mean per-instance gain of `after` over `before` on the same instances, and its
+    standard error. Paired, because on the same instances the two agents' accuracies move
+    together (an instance one finds hard the other mostly does too): the error of the
+    difference is far below what the two accuracies' own errors would suggest."""
+    gains = [b - a for a, b in zip(before, after, strict=True)]
+    spread = stdev(gains) if len(gains) > 1 else 0.0
+    return [mean(gains), spread / math.sqrt(len(gains))]
