@@ -107,7 +107,7 @@ def paired_gain(before: Sequence[float], after: Sequence[float]) -> list[float]:
     """The mean per-instance gain of `after` over `before` on the same instances, and its
     standard error. Paired, because on the same instances the two agents' accuracies move
     together (an instance one finds hard the other mostly does too): the error of the
-    difference is far below what the two accuracies' own errors would suggest."""
+    difference is below what the two accuracies' own errors would suggest."""
     gains = [b - a for a, b in zip(before, after, strict=True)]
     spread = stdev(gains) if len(gains) > 1 else 0.0
     return [mean(gains), spread / math.sqrt(len(gains))]
