@@ -360,18 +360,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     main_process = os.environ.get("RANK", "0") == "0"
     config = load_config(args.config, args.override)
     run = resolve_run_dir(args, config)
-    holds_run = run.config_path.exists() and run.has_steps()
-    if holds_run and not (args.resume or args.overwrite) and main_process:
-        if run.latest_checkpoint() is None:
-            raise HonedError(
-                f"{run.path} holds a run that stopped before its first checkpoint; pass "
-                "--overwrite to start it again (--resume would start it over too) or --run-dir "
-                "to start another"
-            )
-        raise HonedError(
-            f"{run.path} already holds a run; pass --resume to continue it, --overwrite to "
-            "replace it, or --run-dir to start another"
-        )
+    if not (args.resume or args.overwrite) and main_process:
+        _refuse_to_replace(run)
     if args.overwrite and main_process:
         run.clear()  # what honed wrote there; nothing else
     reporter = Reporter(enabled=not args.quiet and config.logging.progress and main_process)
@@ -407,6 +397,21 @@ def cmd_train(args: argparse.Namespace) -> int:
     )
     reporter.note(f"summary: {run.summary_path}")
     return 0
+
+
+def _refuse_to_replace(run: RunDir) -> None:
+    """A GRPO run already in `run` is not replaced unless asked (`--resume`, `--overwrite`)."""
+    if not (run.config_path.exists() and run.has_steps()):
+        return
+    if run.latest_checkpoint() is None:
+        raise HonedError(
+            f"{run.path} holds a run that stopped before its first checkpoint; pass --overwrite "
+            "to start it again (--resume would start it over too) or --run-dir to start another"
+        )
+    raise HonedError(
+        f"{run.path} already holds a run; pass --resume to continue it, --overwrite to "
+        "replace it, or --run-dir to start another"
+    )
 
 
 def train_dry_run(config: Config, args: argparse.Namespace) -> int:
