@@ -4,9 +4,9 @@ Each (design, seed) pair is one chain of `honed` commands in its own process and
 the warm-start (`honed sft`, unless a warm-start checkpoint is given), then GRPO (`honed
 train`) until `--wrap-up` seconds before the deadline (`trainer.max_time_s`), when it writes
 its last step's checkpoint and evaluates it; a process still running at the deadline is killed,
-and its last checkpoint (written atomically every `checkpoint.every` steps) is whole. Each run folder is then packed (metrics,
-configs, logs, the warm-start's weights and the last checkpoint whole, optimizer state
-included, so that `honed train --run-dir` resumes it; no rollouts) into
+and its last checkpoint (written atomically every `checkpoint.every` steps) is whole. Each run
+folder is then packed (metrics, configs, logs, the warm-start's weights and the last checkpoint
+whole, optimizer state included, so that `honed train --run-dir` resumes it; no rollouts) into
 `OUT/<design>_<seed>.tgz`, to be evaluated against the baselines with
 `honed eval CHECKPOINT --split test --config examples/memory_learns.yaml -o seed=S`.
 
