@@ -35,7 +35,7 @@ from honed.yaml_data import load_yaml
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from honed.models.policy import Policy
+    from honed.models.policy import Policy, PolicySampler
     from honed.skills.config import SkillsConfig
     from honed.skills.rundir import SkillRunDir
 
@@ -555,10 +555,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     tables = {}
     if any(isinstance(env, Reporting) for env in envs.values()):
         with reporter.status("environment reports (baselines and agents)"):
-            agents = {
-                label: sampler if agent is policy else agent
-                for label, agent in _report_agents(run, checkpoint, policy, config).items()
-            }
+            agents = _report_agents(run, checkpoint, sampler, config)
             tables = env_reports(
                 agents, envs, args.split, num_items, params, derive_seed(config.seed, "eval")
             )
@@ -633,24 +630,27 @@ def _export_merged(checkpoint: Path, out: Path) -> None:
     atomic_write_dir(out, policy.save)
 
 
-def _report_agents(run: RunDir | None, checkpoint: Path, policy: Policy, config: Config) -> dict:
-    """The policies an environment report compares: the run's warm-start and the evaluated one."""
+def _report_agents(
+    run: RunDir | None, checkpoint: Path, sampler: PolicySampler, config: Config
+) -> dict:
+    """The agents an environment report compares: the run's warm-start (a policy) and the
+    evaluated one (`sampler`, which has rolled it out for the metrics already)."""
     from honed.models.policy import Policy
 
-    agents = {}
+    agents: dict[str, Policy | PolicySampler] = {}
     if run is None:
-        return {checkpoint.name: policy}
+        return {checkpoint.name: sampler}
     if is_checkpoint(run.warmstart) and checkpoint != run.warmstart:
         check_tree(run.warmstart)
         agents["warm-start agent"] = Policy.from_checkpoint(
             run.warmstart, config.policy, config.seed
         )
     if checkpoint == run.warmstart:
-        agents["warm-start agent"] = policy
+        agents["warm-start agent"] = sampler
     elif checkpoint.name.startswith("step_"):
-        agents[f"GRPO agent ({checkpoint.name})"] = policy
+        agents[f"GRPO agent ({checkpoint.name})"] = sampler
     else:
-        agents[checkpoint.name] = policy
+        agents[checkpoint.name] = sampler
     return agents
 
 
