@@ -18,7 +18,8 @@ No system prompt, the reply read by its last number, equal weights (`--env NAME:
 repeatable, picks others of the ten settings measured there; the level, 1, is the setting
 itself). Pilots on seed 39 (bench/README.md, "The pilots") chose the rest: with `gcd_10` and
 `gcd_50` in the mixture GRPO made them worse while chain_sum improved, and at 64 tokens with
-the learning rate of examples/reasoning_gym.yaml (2e-5) 1,024 rollouts moved nothing.
+the learning rate examples/reasoning_gym.yaml had then (2e-5) 1,024 rollouts moved nothing
+(the example is now this benchmark's `uniform` arm on seed 43).
 
 - **No warm-start.** Every arm of a seed starts from the same pretrained weights (`sft.steps:
   0`), so the arms' first held-out evaluation is the untrained model's.

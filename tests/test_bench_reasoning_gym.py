@@ -98,3 +98,25 @@ def test_the_runs_config_carries_the_system_prompt_and_the_truncation_mask() -> 
     changed = config("--system-prompt", "Reply with the number only.", "--no-mask-truncated")
     assert not changed.trainer.mask_truncated_completions
     assert {env.args["system_prompt"] for env in changed.envs} == {"Reply with the number only."}
+
+
+def test_the_example_is_the_benchmarks_uniform_arm_on_seed_43() -> None:
+    """examples/reasoning_gym.yaml quotes the benchmark's `uniform` arm on seed 43 as its
+    measured result, so every setting that shapes the training run must be that arm's: the
+    seed, the policy, the five environments with their splits, the whole trainer and curriculum
+    and what is evaluated (no warm-start, so the warm-start's own settings do not matter). Thread count, logging, checkpoints and the prompting baseline (3-shot,
+    measured before training and changing nothing in it) are the benchmark's own business."""
+    from reasoning_gym_curriculum import rg_config, rg_parser
+
+    from honed.config import load_config
+
+    args = rg_parser().parse_args([])
+    args.env = SETTING["env"]
+    bench = rg_config(43, "uniform", args).model_dump()
+    example = load_config(Path(__file__).resolve().parents[1] / "examples" / "reasoning_gym.yaml")
+    example = example.model_dump()
+    for key in ("seed", "policy", "envs", "trainer", "curriculum"):
+        assert example[key] == bench[key], key
+    assert example["sft"]["steps"] == bench["sft"]["steps"] == 0  # no warm-start
+    for key in ("split", "num_items", "every"):
+        assert example["eval"][key] == bench["eval"][key], key
