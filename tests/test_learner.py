@@ -196,6 +196,25 @@ def test_one_process_failing_stops_all_with_one_message_and_loses_nothing(tmp_pa
     assert_weights_close(_weights(run, 3), _weights(single, 3))
 
 
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="lists processes in /proc")
+def test_sigterm_to_the_launcher_stops_every_process_and_keeps_the_checkpoints(tmp_path):
+    """A real SIGTERM to the launcher during step 2 (as `kill` or a job scheduler sends): the
+    learner processes, each in a session of its own, are stopped with it rather than left
+    waiting for each other, the launcher exits with 143 and step 1's checkpoint stays."""
+    config = _faulty_config(tmp_path, "ddp", every=1)
+    done = _launch(config, "sigterm:0:9")
+    assert done.returncode == 143, done.stderr
+    left = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if str(config).encode() in cmdline.read_bytes():
+                left.append(cmdline.parent.name)
+        except OSError:  # a process that ended meanwhile
+            pass
+    assert not left, f"learner processes still running: {left}"
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step_1"]
+
+
 def test_a_learner_process_leaves_without_the_interpreter_s_finalization(tmp_path):
     """`python -m honed` in one of several learner processes (WORLD_SIZE above 1) runs the
     atexit handlers and leaves without the interpreter's finalization, keeping its exit code

@@ -1,20 +1,24 @@
 """The multi-process learner does each thing once (gloo on the CPU, two processes): with fsdp,
 only rank 0 holds the whole model at the start, the others only their shards; with inference
-servers, rank 0 alone pushes the weights, once a step; with `kl_in_reward`, each process scores
-its share of the sequences, and the penalties are exactly one process's."""
+servers, rank 0 alone pushes the weights, once a step (with fsdp, gathered whole); with
+`kl_in_reward`, each process scores its share of the sequences, and the penalties are exactly
+one process's."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from numerics import assert_logprobs_close
+from safetensors.torch import load_file
 from scaleout_helpers import PolicyServer
 from tiny_run import spread_env_data, write_config
 
@@ -25,6 +29,7 @@ TESTS = Path(__file__).resolve().parent
 SRC = TESTS.parent / "src"
 PROBE = TESTS / "learner_probe.py"
 MiB = 1 << 20
+WEIGHTS = "model.safetensors"
 # A model big enough to see in the resident memory: about 55 MiB of float32 weights.
 BIG_MODEL = {
     "hidden_size": 384,
@@ -130,16 +135,31 @@ def test_kl_reward_penalties_are_scored_once_and_equal_one_process_s(tmp_path, p
     assert one["rows_scored"] == 2 * (2 + (parallel == "fsdp"))
 
 
-def test_rank_0_alone_pushes_the_weights_to_the_servers_once_a_step(tmp_path):
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_rank_0_alone_pushes_the_weights_to_the_servers_once_a_step(tmp_path, parallel):
+    """Both processes wait for the push; rank 0 alone saves and asks the server to reload.
+    With fsdp each process holds only its shards, so all gather the weights first and rank 0
+    saves them whole: the server loads exactly the weights of the run's final checkpoint.
+    (Run as a command with a time limit: a sharded push gone wrong waits forever in a
+    collective call that the other process never makes.)"""
     with PolicyServer() as server:
-        config = _config(tmp_path, "run", "ddp", max_steps=2)
-        overrides = [
-            "-o",
-            "distributed.backend=server",
-            "-o",
-            f"distributed.server={{base_url: {server.base_url}, model: {server.model}}}",
-        ]
-        assert main(["train", str(config), "--quiet", "--nproc", "2", *overrides]) == 0
+        config = _config(tmp_path, "run", parallel, max_steps=2)
+        server_config = f"distributed.server={{base_url: {server.base_url}, model: {server.model}}}"
+        command = [sys.executable, "-m", "honed", "train", str(config), "--quiet", "--nproc", "2"]
+        command += ["-o", "distributed.backend=server", "-o", server_config]
+        proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            _, err = proc.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the launcher and its learner processes
+            pytest.fail("the run did not end in 300 s: a process waits for another")
+        assert proc.returncode == 0, err
         reloads = [Path(p).name for p in server.reloads]
     # the weights before the first step, and after each of the two
     assert reloads == ["step_0", "step_1", "step_2"]
+    run = tmp_path / "run"
+    pushed, before = (load_file(run / "server_weights" / s / WEIGHTS) for s in ("step_2", "step_1"))
+    saved = load_file(run / "checkpoints" / "step_2" / WEIGHTS)
+    assert pushed.keys() == saved.keys()
+    assert all(torch.equal(pushed[k], saved[k]) for k in saved)
+    assert any(not torch.equal(pushed[k], before[k]) for k in saved)  # the step changed them

@@ -133,7 +133,7 @@ class FaultyDigitShareEnv(DigitShareEnv):
     process RANK at its CALL-th training reward (counting from 1): `raise` raises, `nan`
     returns a reward that is not a number (bad input, which honed refuses), `sigint` sends
     SIGINT to the process that launched the learners (`honed train --nproc`), as a Ctrl-C in
-    its terminal would. Without the variable it is `DigitShareEnv`, so a run it
+    its terminal would, and `sigterm` SIGTERM, as `kill` or a job scheduler would. Without the variable it is `DigitShareEnv`, so a run it
     interrupted resumes under the same config."""
 
     calls = 0
@@ -149,5 +149,6 @@ class FaultyDigitShareEnv(DigitShareEnv):
                         raise ValueError(f"the test environment failed on call {call}")
                     if kind == "nan":
                         return Score(reward=float("nan"), success=0.0)
-                    os.kill(os.getppid(), signal.SIGINT)
+                    stop = signal.SIGTERM if kind == "sigterm" else signal.SIGINT
+                    os.kill(os.getppid(), stop)
         return super().score(item, completion)

@@ -8,7 +8,8 @@ process failing stops the others at once instead of leaving them waiting at a co
 (the terminal shows that process's error and one line naming it, not the others' echoes of
 it: `report_lost_peers`; the checkpoints already written stay as they were). The
 processes run in a session of their own (the terminal's Ctrl-C goes to this launcher, which
-passes it on once). For several machines, use torchrun: honed reads its environment
+passes it on once); a SIGTERM to the launcher (`kill`, a job scheduler) stops them all at once,
+as it stops a single process, and it exits with 143 (the checkpoints already written stay). For several machines, use torchrun: honed reads its environment
 (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`). A learner process started
 as `python -m honed` leaves without Python's shutdown once its run has ended (`run_learner`).
 """
@@ -66,11 +67,17 @@ def launch(argv: list[str], nproc: int) -> int:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
 
+    def terminate(signum: int, frame: object) -> None:
+        _stop(procs)
+        raise SystemExit(128 + signum)
+
     previous = signal.signal(signal.SIGINT, forward)
+    previous_term = signal.signal(signal.SIGTERM, terminate)
     try:
         return _wait(procs)
     finally:
         signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, previous_term)
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()

@@ -25,16 +25,18 @@ from __future__ import annotations
 import datetime
 import os
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from honed.distributed import fsdp
 from honed.distributed.backend import RolloutBackend
 from honed.distributed.shard import split
 from honed.distributed.types import RolledGroup, RolloutRequest
-from honed.distributed.weight_sync import WeightSync
+from honed.distributed.weight_sync import NoWeightSync, WeightSync
 from honed.models.policy import Policy
 
 # How long a process waits for the others at a collective before failing: long enough for a
@@ -151,8 +153,8 @@ class PushFromMain:
     Each process's rollout backend calls `push` after every optimizer step, once its own
     requests in flight have ended. The processes wait for each other there, so that no server
     changes its weights while another process's request is still generating; rank 0 alone
-    sends the weights (`inner.push`: every process holds the same weights after the step),
-    and every process learns from it the version the servers now serve and, with
+    sends the weights (`inner.push`: every process holds the same weights after the step;
+    with fsdp, all gather them first and rank 0 saves them whole), and every process learns from it the version the servers now serve and, with
     `weight_sync: lora`, the adapter to request (`served_model`)."""
 
     def __init__(self, inner: WeightSync, group: LearnerGroup) -> None:
@@ -162,9 +164,18 @@ class PushFromMain:
 
     def push(self, policy: Policy, version: int) -> int:
         self.group.barrier()
+        # sharded (`trainer.parallel: fsdp`): every process takes part in gathering the whole
+        # weights, which rank 0 alone then holds and saves for the servers
+        whole = None
+        if fsdp.is_sharded(policy.model) and not isinstance(self.inner, NoWeightSync):
+            whole = fsdp.full_model_state(policy.model)
         pushed = None
         if self.group.is_main:
-            pushed = (self.inner.push(policy, version), getattr(self.inner, "served_model", None))
+            with nullcontext() if whole is None else policy.whole_weights(whole):
+                pushed = (
+                    self.inner.push(policy, version),
+                    getattr(self.inner, "served_model", None),
+                )
         served, self.served_model = self.group.from_main(pushed)
         return served
 

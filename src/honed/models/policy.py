@@ -7,8 +7,8 @@ is re-exported here, where it used to live, and so is `left_pad`, now in
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from contextlib import nullcontext
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import torch
@@ -75,6 +75,7 @@ class Policy:
         self.stop_ids = sorted(stops)
         self.eos_id = eos if eos is not None else self.stop_ids[0]
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
+        self._whole_state: dict[str, torch.Tensor] | None = None  # `whole_weights`
 
     # ------------------------------------------------------------------ construction and I/O
 
@@ -156,10 +157,25 @@ class Policy:
         """Write a standard Hugging Face directory (config, safetensors weights, tokenizer), or
         with LoRA the adapter in peft's format (`adapter_config.json`,
         `adapter_model.safetensors`) and the tokenizer. `state_dict` gives the weights when the
-        model does not hold them whole (a sharded model's, gathered)."""
+        model does not hold them whole (a sharded model's, gathered); without it, those given
+        to `whole_weights`, if any."""
+        if state_dict is None:
+            state_dict = self._whole_state
         extra = {} if state_dict is None else {"state_dict": state_dict}
         self.model.save_pretrained(path, safe_serialization=True, **extra)
         self.tokenizer.save_pretrained(path)
+
+    @contextmanager
+    def whole_weights(self, state_dict: dict[str, torch.Tensor]) -> Iterator[None]:
+        """Within, `save` writes `state_dict` (a sharded model's weights, gathered) unless told
+        otherwise. Weight-sync hooks save the policy themselves (a user's `module:Class` hook
+        too), knowing nothing of sharding: given the gathered weights here, they write the
+        whole model rather than this process's shards."""
+        self._whole_state = state_dict
+        try:
+            yield
+        finally:
+            self._whole_state = None
 
     # ------------------------------------------------------------------ text
 

@@ -18,6 +18,7 @@ import copy
 import random
 import time
 from collections import defaultdict
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -502,7 +503,10 @@ class GRPOTrainer:
         log-probs and rewards are found finite) updates its item's curriculum and its
         environment's reward statistics (merged in item order, so the normaliser's state is the
         same however the groups were spread over workers)."""
-        with fsdp.gathered(self.policy.model):  # each process then generates at its own pace
+        # in the learner, each process generates at its own pace on the whole weights, gathered
+        # first; servers need nothing gathered here (a sharded push gathers for them)
+        here = self.config.distributed.server is None
+        with fsdp.gathered(self.policy.model) if here else nullcontext():
             if round_index == 0:
                 rolled = self.pipeline.first_round(
                     self.step, self.config.trainer.max_steps, count, self.draw
@@ -923,14 +927,14 @@ def describe_policy(policy: Policy, world_size: int, sharded: bool = False) -> s
 
 def check_fsdp(config: Config) -> None:
     """Refuse what `trainer.parallel: fsdp` cannot do yet, before any process starts waiting
-    for the others: rollouts elsewhere than in the learner (Ray workers and inference servers
-    get their weights from a whole-model save each step) and a supervised warm-start (it
-    trains the unsharded model)."""
-    if config.distributed.backend != "inprocess":
+    for the others: rollouts on Ray workers or behind Atropos (neither goes through the
+    learner's gathered weight push that inference servers get) and a supervised warm-start
+    (it trains the unsharded model)."""
+    if config.distributed.backend not in ("inprocess", "server"):
         raise HonedError(
-            f"trainer.parallel: fsdp rolls out in the learner processes; distributed.backend: "
-            f"{config.distributed.backend} is not supported with it yet (use trainer.parallel: "
-            "ddp, or distributed.backend: inprocess)"
+            f"trainer.parallel: fsdp rolls out in the learner processes or on inference "
+            f"servers; distributed.backend: {config.distributed.backend} is not supported with "
+            "it yet (use trainer.parallel: ddp, or distributed.backend: inprocess or server)"
         )
     if config.sft.steps:
         raise HonedError(
