@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ import torch
 import yaml
 from numerics import assert_logprobs_close
 from safetensors.torch import load_file
-from scaleout_helpers import PolicyServer
+from scaleout_helpers import LORA, LoraServer, PolicyServer
 from tiny_run import spread_env_data, write_config
 
 from honed.cli import main
@@ -29,7 +28,6 @@ TESTS = Path(__file__).resolve().parent
 SRC = TESTS.parent / "src"
 PROBE = TESTS / "learner_probe.py"
 MiB = 1 << 20
-WEIGHTS = "model.safetensors"
 # A model big enough to see in the resident memory: about 55 MiB of float32 weights.
 BIG_MODEL = {
     "hidden_size": 384,
@@ -135,31 +133,55 @@ def test_kl_reward_penalties_are_scored_once_and_equal_one_process_s(tmp_path, p
     assert one["rows_scored"] == 2 * (2 + (parallel == "fsdp"))
 
 
+def _train_on_two(config: Path, server: PolicyServer, *settings: str) -> None:
+    """`honed train CONFIG --nproc 2` rolling out on `server`, as a command with a time limit:
+    a sharded push gone wrong waits forever in a collective call the other process never
+    makes. (A SIGTERM to the launcher stops its learner processes too.)"""
+    server_config = f"distributed.server={{base_url: {server.base_url}, model: {server.model}}}"
+    command = [sys.executable, "-m", "honed", "train", str(config), "--quiet", "--nproc", "2"]
+    command += ["-o", "distributed.backend=server", "-o", server_config]
+    command += [arg for setting in settings for arg in ("-o", setting)]
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        proc.communicate(timeout=60)
+        pytest.fail("the run did not end in 300 s: a process waits for another")
+    assert proc.returncode == 0, err
+
+
+def _pushed_as_saved(run: Path, weights: str) -> None:
+    """The servers' last weights are exactly those of the run's final checkpoint (step 2), and
+    not those of the step before."""
+    pushed, before = (load_file(run / "server_weights" / s / weights) for s in ("step_2", "step_1"))
+    saved = load_file(run / "checkpoints" / "step_2" / weights)
+    assert pushed.keys() == saved.keys()
+    assert all(torch.equal(pushed[k], saved[k]) for k in saved)
+    assert any(not torch.equal(pushed[k], before[k]) for k in saved)  # the step changed them
+
+
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
 def test_rank_0_alone_pushes_the_weights_to_the_servers_once_a_step(tmp_path, parallel):
     """Both processes wait for the push; rank 0 alone saves and asks the server to reload.
     With fsdp each process holds only its shards, so all gather the weights first and rank 0
-    saves them whole: the server loads exactly the weights of the run's final checkpoint.
-    (Run as a command with a time limit: a sharded push gone wrong waits forever in a
-    collective call that the other process never makes.)"""
+    saves them whole: the server loads exactly the weights of the run's final checkpoint."""
     with PolicyServer() as server:
-        config = _config(tmp_path, "run", parallel, max_steps=2)
-        server_config = f"distributed.server={{base_url: {server.base_url}, model: {server.model}}}"
-        command = [sys.executable, "-m", "honed", "train", str(config), "--quiet", "--nproc", "2"]
-        command += ["-o", "distributed.backend=server", "-o", server_config]
-        proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
-        try:
-            _, err = proc.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the launcher and its learner processes
-            pytest.fail("the run did not end in 300 s: a process waits for another")
-        assert proc.returncode == 0, err
+        _train_on_two(_config(tmp_path, "run", parallel, max_steps=2), server)
         reloads = [Path(p).name for p in server.reloads]
     # the weights before the first step, and after each of the two
     assert reloads == ["step_0", "step_1", "step_2"]
-    run = tmp_path / "run"
-    pushed, before = (load_file(run / "server_weights" / s / WEIGHTS) for s in ("step_2", "step_1"))
-    saved = load_file(run / "checkpoints" / "step_2" / WEIGHTS)
-    assert pushed.keys() == saved.keys()
-    assert all(torch.equal(pushed[k], saved[k]) for k in saved)
-    assert any(not torch.equal(pushed[k], before[k]) for k in saved)  # the step changed them
+    _pushed_as_saved(tmp_path / "run", "model.safetensors")
+
+
+def test_with_fsdp_the_lora_adapter_pushed_is_the_checkpointed_one(tmp_path):
+    """`weight_sync: lora` on sharded learners: the adapter is cut from the gathered weights,
+    loaded into the server once a step and sampled from, and is the checkpoint's."""
+    pytest.importorskip("peft", reason="LoRA needs peft: pip install 'honed[lora]'")
+    with LoraServer() as server:
+        config = _config(tmp_path, "run", "fsdp", max_steps=2)
+        _train_on_two(config, server, f"policy.lora={LORA}", "distributed.server.weight_sync=lora")
+    names = [f"{server.model}-step-{v}" for v in range(3)]
+    assert server.loads == names
+    assert set(server.requested) == set(names[:2])
+    _pushed_as_saved(tmp_path / "run", "adapter_model.safetensors")
