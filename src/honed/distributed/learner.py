@@ -154,8 +154,9 @@ class PushFromMain:
     requests in flight have ended. The processes wait for each other there, so that no server
     changes its weights while another process's request is still generating; rank 0 alone
     sends the weights (`inner.push`: every process holds the same weights after the step;
-    with fsdp, all gather them first and rank 0 saves them whole), and every process learns from it the version the servers now serve and, with
-    `weight_sync: lora`, the adapter to request (`served_model`)."""
+    with fsdp, all gather them first and rank 0 saves them whole), and every process learns
+    from it the version the servers now serve and, with `weight_sync: lora`, the adapter to
+    request (`served_model`)."""
 
     def __init__(self, inner: WeightSync, group: LearnerGroup) -> None:
         self.inner = inner
