@@ -104,8 +104,9 @@ def test_the_example_is_the_benchmarks_uniform_arm_on_seed_43() -> None:
     """examples/reasoning_gym.yaml quotes the benchmark's `uniform` arm on seed 43 as its
     measured result, so every setting that shapes the training run must be that arm's: the
     seed, the policy, the five environments with their splits, the whole trainer and curriculum
-    and what is evaluated (no warm-start, so the warm-start's own settings do not matter). Thread count, logging, checkpoints and the prompting baseline (3-shot,
-    measured before training and changing nothing in it) are the benchmark's own business."""
+    and what is evaluated (no warm-start, so the warm-start's own settings do not matter).
+    Thread count, logging, checkpoints and the prompting baseline (3-shot, measured before
+    training and changing nothing in it) are the benchmark's own business."""
     from reasoning_gym_curriculum import rg_config, rg_parser
 
     from honed.config import load_config

@@ -10,8 +10,9 @@ it: `report_lost_peers`; the checkpoints already written stay as they were). The
 processes run in a session of their own (the terminal's Ctrl-C goes to this launcher, which
 passes it on once); a SIGTERM to the launcher (`kill`, a job scheduler) stops them all at once,
 as it stops a single process, and it exits with 143 (the checkpoints already written stay).
-For several machines, use torchrun: honed reads its environment (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`). A learner process started
-as `python -m honed` leaves without Python's shutdown once its run has ended (`run_learner`).
+For several machines, use torchrun: honed reads its environment (`RANK`, `WORLD_SIZE`,
+`LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`). A learner process started as `python -m honed`
+leaves without Python's shutdown once its run has ended (`run_learner`).
 """
 
 from __future__ import annotations
