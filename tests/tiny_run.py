@@ -133,8 +133,8 @@ class FaultyDigitShareEnv(DigitShareEnv):
     process RANK at its CALL-th training reward (counting from 1): `raise` raises, `nan`
     returns a reward that is not a number (bad input, which honed refuses), `sigint` sends
     SIGINT to the process that launched the learners (`honed train --nproc`), as a Ctrl-C in
-    its terminal would, and `sigterm` SIGTERM, as `kill` or a job scheduler would. Without the variable it is `DigitShareEnv`, so a run it
-    interrupted resumes under the same config."""
+    its terminal would, and `sigterm` SIGTERM, as `kill` or a job scheduler would. Without the
+    variable it is `DigitShareEnv`, so a run it interrupted resumes under the same config."""
 
     calls = 0
 
