@@ -197,13 +197,22 @@ def test_one_process_failing_stops_all_with_one_message_and_loses_nothing(tmp_pa
 
 
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="lists processes in /proc")
-def test_sigterm_to_the_launcher_stops_every_process_and_keeps_the_checkpoints(tmp_path):
-    """A real SIGTERM to the launcher during step 2 (as `kill` or a job scheduler sends): the
-    learner processes, each in a session of its own, are stopped with it rather than left
-    waiting for each other, the launcher exits with 143 and step 1's checkpoint stays."""
-    config = _faulty_config(tmp_path, "ddp", every=1)
+def test_sigterm_to_the_launcher_stops_every_process_after_the_same_step_with_a_checkpoint(
+    tmp_path, single
+):
+    """A real SIGTERM to the launcher during step 2 (as `kill` or a job scheduler preempting
+    the job sends): the learner processes, each in a session of its own, are not left
+    behind; as after a Ctrl-C, both finish step 2 and save it, the launcher exits with 143,
+    and the run resumes to end where one process does."""
+    config = _faulty_config(tmp_path, "ddp", every=0)  # only the interruption saves
     done = _launch(config, "sigterm:0:9")
     assert done.returncode == 143, done.stderr
+    run = tmp_path / "run"
+    lines = [line for line in done.stderr.splitlines() if line.startswith("honed:")]
+    assert lines == [
+        f"honed: interrupted after step 2; saved {run / 'checkpoints' / 'step_2'}; "
+        "continue with --resume"
+    ], done.stderr
     left = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
@@ -212,7 +221,9 @@ def test_sigterm_to_the_launcher_stops_every_process_and_keeps_the_checkpoints(t
         except OSError:  # a process that ended meanwhile
             pass
     assert not left, f"learner processes still running: {left}"
-    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step_1"]
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_2"]
+    _train(config, "--resume", "--nproc", "2")
+    assert_weights_close(_weights(run, 3), _weights(single, 3))
 
 
 def test_a_learner_process_leaves_without_the_interpreter_s_finalization(tmp_path):

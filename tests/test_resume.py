@@ -49,16 +49,18 @@ def _completions(run: RunDir) -> list[tuple[int, str, str, float]]:
     ]
 
 
-def _interrupt_after(trainer: GRPOTrainer, steps: int) -> TrainingInterrupted:
-    """Run `trainer` and press Ctrl-C (a real SIGINT) while its step `steps` is under way: the
-    step finishes, its checkpoint is written, and the run stops."""
+def _interrupt_after(
+    trainer: GRPOTrainer, steps: int, signum: int = signal.SIGINT
+) -> TrainingInterrupted:
+    """Run `trainer` and press Ctrl-C (a real SIGINT; or send `signum`) while its step `steps`
+    is under way: the step finishes, its checkpoint is written, and the run stops."""
     calls = {"n": 0}
     real_step = trainer.train_step
 
     def step_with_ctrl_c():
         calls["n"] += 1
         if calls["n"] == steps:
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signum)
         return real_step()
 
     trainer.train_step = step_with_ctrl_c
@@ -151,15 +153,18 @@ def test_resume_with_skipping_and_screening_repeats_the_run_bit_for_bit(tmp_path
     assert rows[-1]["rollouts/generated"] < 4 * sum(r["sampling/groups_drawn"] for r in rows)
 
 
-def test_interrupted_and_resumed_run_ends_as_the_uninterrupted_one(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupted_and_resumed_run_ends_as_the_uninterrupted_one(tmp_path, signum):
+    """Ctrl-C, or a SIGTERM as a job scheduler preempting the run sends: the step under way
+    finishes and is saved, and the resumed run repeats the uninterrupted one bit for bit."""
     data = spread_env_data(tmp_path)
     straight = GRPOTrainer(
         small_config(tmp_path / "a", "checkpoint.every=0", data=data), RunDir(tmp_path / "a/run")
     )
     straight.train()
     cfg = small_config(tmp_path / "b", "checkpoint.every=0", data=data)
-    stop = _interrupt_after(GRPOTrainer(cfg, RunDir(tmp_path / "b/run")), 2)
-    assert (stop.step, stop.finished) == (2, True)
+    stop = _interrupt_after(GRPOTrainer(cfg, RunDir(tmp_path / "b/run")), 2, signum)
+    assert (stop.step, stop.finished, stop.signum) == (2, True, signum)
     assert stop.path == tmp_path / "b/run/checkpoints/step_2"
     assert (stop.path / STATE_FILE).is_file()
     again = GRPOTrainer(cfg, RunDir(tmp_path / "b/run"))

@@ -142,12 +142,14 @@ def test_a_run_stopped_by_a_failing_server_resumes_to_the_same_best_skill(
     assert [d.name for d in steps(run)] == [d.name for d in steps(full_run)]
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_ctrl_c_finishes_the_step_saves_it_and_the_resumed_run_ends_as_the_full_one(
-    full_run, world, tmp_path, monkeypatch, capsys
+    full_run, world, tmp_path, monkeypatch, capsys, signum
 ):
-    """The run lifecycle GRPO uses: the first Ctrl-C lets the step under way finish and saves
-    it (a step cut short would leave the edit budget and the sampler past the saved state);
-    every step's record goes to metrics.jsonl once, across the interruption."""
+    """The run lifecycle GRPO uses: the first Ctrl-C, or a SIGTERM (a job scheduler preempting
+    the run), lets the step under way finish and saves it (a step cut short would leave the
+    edit budget and the sampler past the saved state), exit code 128 plus the signal's
+    number; every step's record goes to metrics.jsonl once, across the interruption."""
     _, server = world
     config = write_config(tmp_path, server.base_url)
     run = tmp_path / "run"
@@ -155,11 +157,11 @@ def test_ctrl_c_finishes_the_step_saves_it_and_the_resumed_run_ends_as_the_full_
 
     def reflect_with_ctrl_c(trainer, step, rollouts):
         if step == 3:
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signum)
         return real_reflect(trainer, step, rollouts)
 
     monkeypatch.setattr(SkillTrainer, "_reflect", reflect_with_ctrl_c)
-    assert train(config, run) == 130
+    assert train(config, run) == 128 + signum
     err = capsys.readouterr().err
     assert f"interrupted after step 3; saved {run / 'state.json'}; continue with --resume" in err
     assert read(run / "state.json")["step"] == 3

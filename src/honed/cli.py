@@ -877,7 +877,7 @@ def main(argv: list[str] | None = None) -> int:
     except RunInterrupted as stop:
         if os.environ.get("RANK", "0") == "0":  # the process that saved says it, once
             print(f"honed: {interruption(stop)}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return 128 + stop.signum
     except KeyboardInterrupt:
         print("honed: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -890,7 +890,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def interruption(stop: RunInterrupted) -> str:
-    """What a Ctrl-C left behind, and how to go on."""
+    """What a Ctrl-C or SIGTERM left behind, and how to go on."""
     if stop.path is None:
         return f"interrupted after step {stop.step}; nothing was saved"
     if stop.finished:

@@ -8,8 +8,9 @@ process failing stops the others at once instead of leaving them waiting at a co
 (the terminal shows that process's error and one line naming it, not the others' echoes of
 it: `report_lost_peers`; the checkpoints already written stay as they were). The
 processes run in a session of their own (the terminal's Ctrl-C goes to this launcher, which
-passes it on once); a SIGTERM to the launcher (`kill`, a job scheduler) stops them all at once,
-as it stops a single process, and it exits with 143 (the checkpoints already written stay).
+passes it on once); a SIGTERM to the launcher (`kill`, a job scheduler preempting the job) is
+passed on the same way and taken as a Ctrl-C is, with exit code 143; a second SIGTERM stops
+them all at once (the checkpoints already written stay).
 For several machines, use torchrun: honed reads its environment (`RANK`, `WORLD_SIZE`,
 `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`). A learner process started as `python -m honed`
 leaves without Python's shutdown once its run has ended (`run_learner`).
@@ -45,7 +46,7 @@ def free_port() -> int:
 
 def launch(argv: list[str], nproc: int) -> int:
     """Run `python -m honed *argv` as `nproc` learner processes; their exit code (the first
-    failure's, else 130 when interrupted, else 0)."""
+    failure's, else 143 when stopped by SIGTERM, 130 when interrupted, else 0)."""
     env = {
         **os.environ,
         LAUNCHED: "1",
@@ -63,19 +64,24 @@ def launch(argv: list[str], nproc: int) -> int:
         for rank in range(nproc)
     ]
 
+    terminated = []
+
     def forward(signum: int, frame: object) -> None:
         for proc in procs:
             if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
+                proc.send_signal(signum)
 
     def terminate(signum: int, frame: object) -> None:
-        _stop(procs)
-        raise SystemExit(128 + signum)
+        if terminated:
+            _stop(procs)
+            raise SystemExit(128 + signum)
+        terminated.append(signum)
+        forward(signum, frame)
 
     previous = signal.signal(signal.SIGINT, forward)
     previous_term = signal.signal(signal.SIGTERM, terminate)
     try:
-        return _wait(procs)
+        return _wait(procs, stopped_by_sigterm=terminated)
     finally:
         signal.signal(signal.SIGINT, previous)
         signal.signal(signal.SIGTERM, previous_term)
@@ -84,8 +90,10 @@ def launch(argv: list[str], nproc: int) -> int:
                 proc.kill()
 
 
-def _wait(procs: list[subprocess.Popen]) -> int:
-    """Wait for every process; when one fails, stop the others (SIGTERM, then SIGKILL)."""
+def _wait(procs: list[subprocess.Popen], stopped_by_sigterm: list[int]) -> int:
+    """Wait for every process; when one fails, stop the others (SIGTERM, then SIGKILL). Once
+    the launcher was sent SIGTERM (`stopped_by_sigterm` not empty), a process the signal
+    ended outside its steps (exit code -15: loading the model, say) has not failed."""
     codes: dict[int, int] = {}
     while len(codes) < len(procs):
         for rank, proc in enumerate(procs):
@@ -93,7 +101,9 @@ def _wait(procs: list[subprocess.Popen]) -> int:
             if code is None or rank in codes:
                 continue
             codes[rank] = code
-            if code not in (0, 130):
+            if code == -signal.SIGTERM and stopped_by_sigterm:
+                codes[rank] = 128 + signal.SIGTERM
+            elif code not in (0, 130, 143):
                 _stop(procs)
                 print(
                     f"honed: learner process {rank} exited with code {code}; stopped the others",
@@ -101,7 +111,7 @@ def _wait(procs: list[subprocess.Popen]) -> int:
                 )
                 return code
         time.sleep(0.1)
-    return 130 if 130 in codes.values() else 0
+    return max(codes.values())
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:

@@ -14,8 +14,9 @@ fixed once is fixed for both:
   (`check_format`), and drop log lines from steps after the state's (all of them when a run
   starts afresh in a directory that held an unfinished one);
 - **steps**: a progress bar, each step's metrics to every sink (`metrics.jsonl` always), a
-  checkpoint when the loop says one is due; Ctrl-C saves the state of the last finished step
-  and raises `RunInterrupted`, which the command line turns into exit code 130;
+  checkpoint when the loop says one is due; Ctrl-C or SIGTERM saves the state of the last
+  finished step and raises `RunInterrupted`, which the command line turns into exit code 130
+  (143 for SIGTERM);
 - **stops**: a loop may end the run early. Before and after each step the lifecycle asks it
   for a reason (`stop_reason`: a budget spent, patience run out); a step that cannot finish
   (a misbehaving server) raises `StopRun` and is abandoned. Either way the state of the last
@@ -52,13 +53,18 @@ State = TypeVar("State")
 
 
 class RunInterrupted(Exception):
-    """Ctrl-C during a run's steps. `step` is the last step finished; `path` the latest saved
-    state (`--resume` continues from it; None when nothing was saved yet); `finished` is False
-    when a second Ctrl-C cut a step short, so the latest saved state may be older than `step`."""
+    """Ctrl-C or SIGTERM during a run's steps. `step` is the last step finished; `path` the
+    latest saved state (`--resume` continues from it; None when nothing was saved yet);
+    `finished` is False when a second signal cut a step short, so the latest saved state may
+    be older than `step`; `signum` the signal that stopped the run (the exit code is 128 plus
+    it, as a shell reports a process the signal ended: 130 for Ctrl-C, 143 for SIGTERM)."""
 
-    def __init__(self, step: int, path: Path | None, finished: bool = True) -> None:
+    def __init__(
+        self, step: int, path: Path | None, finished: bool = True, signum: int = signal.SIGINT
+    ) -> None:
         super().__init__(f"interrupted after step {step}")
         self.step, self.path, self.finished = step, path, finished
+        self.signum = int(signum)
 
 
 class Stop(NamedTuple):
@@ -250,7 +256,9 @@ class RunLifecycle:
         A first Ctrl-C lets the step under way finish, saves its state and raises
         `RunInterrupted`: a step cut in the middle would leave the sampler, the optimizer or
         the edit budget advanced past what was saved. A second Ctrl-C stops at once, saving
-        nothing; the run then resumes from its last saved state. A stop the loop asks for
+        nothing; the run then resumes from its last saved state. A SIGTERM (`kill`, a job
+        scheduler preempting the run) is taken the same way, so a scheduler's grace period
+        that outlasts the step keeps it. A stop the loop asks for
         (`stop_reason`) is taken after the step's state is saved; a `StopRun` abandons the
         step, unsaved. Several learner processes stop when any of them was asked to
         (`agree_to_stop`).
@@ -278,10 +286,12 @@ class RunLifecycle:
                         advance(loop.describe(record))
             except KeyboardInterrupt:
                 self.close_sinks()
-                raise RunInterrupted(loop.step, loop.saved(), finished=False) from None
+                raise RunInterrupted(
+                    loop.step, loop.saved(), finished=False, signum=stop.signum
+                ) from None
         if stopping:
             self.close_sinks()
-            raise RunInterrupted(loop.step, loop.saved())
+            raise RunInterrupted(loop.step, loop.saved(), signum=stop.signum)
         if halt is not None:
             self.reporter.note(f"stopped after step {loop.step}: {halt.reason}")
         return halt
@@ -301,27 +311,33 @@ class RunLifecycle:
 
 
 class _Stop:
+    """A request to stop after the step under way, and the signal that made it (SIGINT when
+    the request came from another learner process, which stops because this one was asked)."""
+
     requested = False
+    signum: int = signal.SIGINT
 
 
 @contextmanager
 def _deferred_interrupt(reporter: Reporter) -> Iterator[_Stop]:
-    """Turn the first SIGINT into a request to stop after the current step; the second one
-    raises `KeyboardInterrupt` as usual. Outside the main thread, where Python delivers no
-    signals, nothing changes."""
+    """Turn the first SIGINT or SIGTERM into a request to stop after the current step; a
+    second one raises `KeyboardInterrupt` as usual. Outside the main thread, where Python
+    delivers no signals, nothing changes."""
     stop = _Stop()
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
 
-    def on_interrupt(signum: int, frame: Any) -> None:
+    def on_signal(signum: int, frame: Any) -> None:
         if stop.requested:
             raise KeyboardInterrupt
-        stop.requested = True
-        reporter.note("interrupt: saving after this step (Ctrl-C again to stop now, unsaved)")
+        stop.requested, stop.signum = True, signum
+        what, again = ("interrupt", "Ctrl-C") if signum == signal.SIGINT else ("SIGTERM",) * 2
+        reporter.note(f"{what}: saving after this step ({again} again to stop now, unsaved)")
 
-    previous = signal.signal(signal.SIGINT, on_interrupt)
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield stop
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
