@@ -551,6 +551,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             num_items=num_items,
             seed=derive_seed(config.seed, "eval"),
             sampler=sampler,
+            samples=config.eval.samples,
         )
     tables = {}
     if any(isinstance(env, Reporting) for env in envs.values()):

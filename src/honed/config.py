@@ -790,6 +790,14 @@ class EvalConfig(Strict):
         200, ge=1, description="Items per environment; `null`: the whole split."
     )
     temperature: float = Field(0.0, ge=0, description="Sampling temperature; 0 is greedy decoding.")
+    samples: int = Field(
+        1,
+        ge=1,
+        description="Completions per item (k). With k > 1 every metric is the mean over all k "
+        "(`accuracy` is avg@k), and `pass@j` for j = 1, 2, 4, ... and k is the expected best "
+        "success among j of an item's k completions (unbiased; for 0/1 success the pass@j of "
+        "Chen et al., 2021). Needs `temperature` > 0.",
+    )
     every: int = Field(
         0, ge=0, description="Also evaluate every N steps; 0: only before and after training."
     )
@@ -803,6 +811,15 @@ class EvalConfig(Strict):
         "Single-turn environments only.",
     )
 
+    @model_validator(mode="after")
+    def _samples_can_differ(self) -> EvalConfig:
+        if self.samples > 1 and self.temperature == 0:
+            raise ValueError(
+                f"eval.samples: {self.samples} needs eval.temperature > 0: greedy decoding "
+                "gives one completion k times"
+            )
+        return self
+
 
 class CheckpointConfig(Strict):
     """When checkpoints are written and how many stay."""
@@ -814,6 +831,14 @@ class CheckpointConfig(Strict):
         "stops; 0: only then.",
     )
     keep_last: int = Field(2, ge=1, description="How many of the latest checkpoints are kept.")
+    keep_best: str | None = Field(
+        None,
+        description="An evaluation metric (`accuracy`, `reward`, `pass@4`, `<env>/accuracy`, "
+        "...; higher is better): after each evaluation during training (`eval.every`, and the "
+        "final one) that beats every earlier one, that step's checkpoint is also kept as "
+        "`checkpoints/best`, never pruned, with `best.json` naming the step and the value; "
+        "`null`: none kept.",
+    )
 
 
 class LoggingConfig(Strict):

@@ -2,11 +2,15 @@
 
 `accuracy` is the mean over environments of each one's exact-task success rate, so a large
 environment does not drown a small one; per-environment and per-level numbers are reported too.
+With several completions per item (`eval.samples`), `pass@j` is reported beside the means
+(`pass_at`): one greedy answer and the best of eight sampled ones measure different things, and
+a run that raises the second while lowering the first is common enough to want both.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
@@ -23,7 +27,28 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
 
+def pass_at(successes: Sequence[float], j: int) -> float:
+    """The expected best success among `j` of an item's n completions drawn without
+    replacement, from all n: with the successes sorted ascending, the i-th (from 1) is the
+    best of a j-subset in C(i-1, j-1) of the C(n, j) subsets. For 0/1 successes with c right
+    this is 1 - C(n-c, j)/C(n, j), the unbiased pass@j estimator (Chen et al., 2021); it
+    takes partial successes (a memory agent's share of questions answered) as they are."""
+    n = len(successes)
+    if not 1 <= j <= n:
+        raise ValueError(f"pass@{j} needs 1 <= j <= {n} completions")
+    ranked = sorted(successes)
+    total = math.comb(n, j)
+    return sum(s * math.comb(i, j - 1) for i, s in enumerate(ranked)) / total
+
+
+def pass_sizes(k: int) -> list[int]:
+    """The j reported for k completions an item: 1, 2, 4, ... below k, and k."""
+    return [j for j in (2**e for e in range(k.bit_length())) if j < k] + [k]
+
+
 def summarise_groups(name: str, groups: list[Group]) -> dict[str, float]:
+    """Means over every trajectory, and with groups of k > 1 completions the mean over items
+    of `pass@j` for j in `pass_sizes(k)`."""
     trajs = [(g, t) for g in groups for t in g.trajectories]
     out = {
         f"{name}/accuracy": _mean([t.success for _, t in trajs]),
@@ -43,6 +68,12 @@ def summarise_groups(name: str, groups: list[Group]) -> dict[str, float]:
         out[f"{name}/{key}"] = _mean(values)
     for level, values in sorted(levels.items()):
         out[f"{name}/level_{level}/accuracy"] = _mean(values)
+    k = min((len(g.trajectories) for g in groups), default=1)
+    if k > 1:
+        for j in pass_sizes(k):
+            out[f"{name}/pass@{j}"] = _mean(
+                [pass_at([t.success for t in g.trajectories], j) for g in groups]
+            )
     return out
 
 
@@ -127,8 +158,10 @@ def evaluate(
     seed: int = 0,
     few_shot: int = 0,
     sampler: PolicySampler | None = None,
+    samples: int = 1,
 ) -> dict[str, float]:
-    """Metric name → value; always includes `accuracy` and `reward`.
+    """Metric name → value; always includes `accuracy` and `reward`, and with `samples` (k)
+    completions an item above 1, `pass@j` (the mean over environments of theirs).
 
     With `few_shot > 0`, every single-turn environment's prompts carry that many solved train
     examples (`FewShotSampler`); environments of other kinds are left out. `sampler`, given,
@@ -138,6 +171,7 @@ def evaluate(
     sampler = sampler or PolicySampler(policy, SamplingParams(temperature, top_p, max_tokens))
     results: dict[str, float] = {}
     accuracies, rewards = [], []
+    passes: dict[int, list[float]] = defaultdict(list)
     with eval_mode(policy.model):
         for name, env in envs.items():
             if few_shot and not isinstance(env, SingleTurnEnv):
@@ -150,13 +184,17 @@ def evaluate(
             generator = (
                 FewShotSampler(sampler, few_shot_examples(env, few_shot)) if few_shot else sampler
             )
-            groups = env.rollout(items, generator, 1, seed)
+            groups = env.rollout(items, generator, samples, seed)
             stats = {**summarise_groups(name, groups), **step_metrics({name: env}, groups)}
             results.update(stats)
             accuracies.append(stats[f"{name}/accuracy"])
             rewards.append(stats[f"{name}/reward"])
+            for j in pass_sizes(samples) if samples > 1 else []:
+                passes[j].append(stats[f"{name}/pass@{j}"])
     results["accuracy"] = _mean(accuracies)
     results["reward"] = _mean(rewards)
+    for j, values in passes.items():
+        results[f"pass@{j}"] = _mean(values)
     return results
 
 

@@ -58,6 +58,7 @@ from honed.rl.rollout_log import step_record
 from honed.rl.schedule import apply_optimizer_settings, build_lr_scheduler, build_optimizer
 from honed.rl.sft import run_sft
 from honed.rl.update import PolicyUpdate
+from honed.runs.best import BestCheckpoint
 from honed.runs.files import check_tree, read_text
 from honed.runs.lifecycle import (
     Change,
@@ -125,6 +126,7 @@ class GRPOTrainer:
         self.sharded = config.trainer.parallel == "fsdp" and self.learners.distributed
         # rank 0 alone writes the run directory and prints
         self.run = run if self.learners.is_main else ReadOnlyRunDir(run.path)
+        self.best = BestCheckpoint(self.run, config.checkpoint.keep_best)
         self.reporter = reporter if reporter and self.learners.is_main else Reporter(enabled=False)
         if config.torch_threads:
             torch.set_num_threads(config.torch_threads)
@@ -171,6 +173,7 @@ class GRPOTrainer:
             top_p=self.config.trainer.top_p,
             seed=derive_seed(self.config.seed, "eval"),
             few_shot=few_shot,
+            samples=ev.samples,
         )
 
     def warm_start(self) -> Policy:
@@ -395,6 +398,7 @@ class GRPOTrainer:
         line."""
         self.step = self.saved_step = state["step"]
         self.counts.load_state_dict(state)
+        self.best.restore(self.step)
         fsdp.load_optimizer_state(self.policy.model, self.optimizer, state["optimizer"])
         apply_optimizer_settings(
             self.optimizer,
@@ -482,7 +486,9 @@ class GRPOTrainer:
 
         if self.learners.is_main:  # the state is the same on every process: written once
             self.run.write_checkpoint(path, fill)
+            self.best.keep(path)
             self.run.prune(self.config.checkpoint.keep_last)
+        self.best.pending = False
         self.saved_step = self.step
         return path
 
@@ -777,6 +783,9 @@ class GRPOTrainer:
             with self.reporter.status("final evaluation"):
                 final_eval = self.evaluate_policy()
             self.life.log(self.step, {f"eval/{k}": v for k, v in final_eval.items()})
+            if self.best.consider(self.step, final_eval) and self.learners.is_main:
+                self.best.keep(self.run.checkpoints / f"step_{self.step}")
+            self.best.pending = False
         else:
             self.reporter.note(f"final evaluation: the one already logged at step {self.step}")
         summary = self.life.close(self.summary(final_eval, self.life.seconds))
@@ -801,6 +810,7 @@ class GRPOTrainer:
             self.life.log(
                 0, {f"eval_{shots}_shot/{k}": v for k, v in self.initial_eval_few_shot.items()}
             )
+        self.best.check(self.initial_eval)
 
     # ------------------------------------------------------------------ the lifecycle's loop
 
@@ -828,6 +838,7 @@ class GRPOTrainer:
         if every and self.step % every == 0:
             self.final_eval = self.evaluate_policy()
             record.update({f"eval/{k}": v for k, v in self.final_eval.items()})
+            self.best.consider(self.step, self.final_eval)  # its checkpoint is then due
 
     def stop_reason(self) -> Stop | None:
         """None: a GRPO run ends only at its step or rollout budget (`done`) or on Ctrl-C."""
@@ -840,7 +851,7 @@ class GRPOTrainer:
 
     def checkpoint_due(self) -> bool:
         every = self.config.checkpoint.every
-        return bool(every) and self.step % every == 0
+        return (bool(every) and self.step % every == 0) or self.best.pending
 
     def save(self) -> Path:
         return self.save_checkpoint()
@@ -900,6 +911,8 @@ class GRPOTrainer:
             "eval_split": self.config.eval.split,
             "seconds": round(seconds, 1),
             "checkpoint": str(latest[1]) if latest else None,
+            # `checkpoint.keep_best`: the step whose evaluation was the best, kept whole
+            "best_checkpoint": self.best.summary(),
             # steps dropped for a non-finite value (`trainer.on_nonfinite: skip_step`)
             "nonfinite_skipped": int(sum(r.get("nonfinite/skipped", 0.0) for r in rows)),
             # how the last session trained: learner processes, and whether their weights,

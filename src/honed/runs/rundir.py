@@ -4,7 +4,8 @@ config.yaml        the resolved config (every default spelled out)
 metrics.jsonl      one JSON object per step
 samples.jsonl      a few prompts / completions / rewards per step
 rollouts/          step_NNNNNN.json: a bounded sample of each step's groups (`runs/rollouts.py`)
-checkpoints/       step_N/ (a Hugging Face model directory + trainer_state.pt), warmstart/
+checkpoints/       step_N/ (a Hugging Face model directory + trainer_state.pt), warmstart/,
+                   best/ (`checkpoint.keep_best`: `runs/best.py`)
 warmstart.jsonl    the supervised warm-start's loss and held-out checks, written as it runs
 summary.json       initial_eval, final_eval, timings
 run_state.json     running (with a heartbeat), finished, interrupted or failed (`runs/run_state.py`)
