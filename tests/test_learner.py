@@ -143,12 +143,12 @@ def test_fsdp_with_lora_ends_where_one_process_does(tmp_path):
     assert any(float(t.abs().max()) > 0 for k, t in one.items() if "lora_B" in k)
 
 
-def _launch(config: Path, fault: str) -> subprocess.CompletedProcess:
+def _launch(config: Path, fault: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """`honed train CONFIG --nproc 2` as a user starts it, with `HONED_TEST_FAULT` set
     (tiny_run.FaultyDigitShareEnv)."""
     command = [sys.executable, "-m", "honed", "train", str(config), "--nproc", "2", "--quiet"]
     env = {**os.environ, "HONED_TEST_FAULT": fault, "PYTHONWARNINGS": "ignore"}
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def _faulty_config(tmp_path, parallel: str, every: int) -> Path:
@@ -312,3 +312,24 @@ def test_fsdp_refuses_what_it_cannot_do_in_one_line(tmp_path, override, culprit)
     config = load_config(write_config(tmp_path, data, "bad.yaml"))
     with pytest.raises(HonedError, match=culprit):
         GRPOTrainer(config, RunDir(tmp_path / "run"))
+
+
+def test_fsdp_keeps_the_best_checkpoint_decided_once_for_every_process(tmp_path):
+    """`checkpoint.keep_best` on two sharded processes whose evaluations disagree (process 1
+    finds every one the best so far): each best step's checkpoint is a collective save, so
+    rank 0's decision is every process's, and `checkpoints/best` is the step whose evaluation
+    rank 0 logged as the best (decided apart, process 1 would save alone and wait forever)."""
+    data = yaml.safe_load(_faulty_config(tmp_path, "fsdp", every=0).read_text())
+    data["checkpoint"] = {"every": 0, "keep_last": 1, "keep_best": "reward"}
+    data["eval"].update(every=1, temperature=1.0)
+    data["trainer"]["learning_rate"] = 3e-2
+    config = write_config(tmp_path, data, "best.yaml")
+    done = _launch(config, "evalskew:1", timeout=300)
+    assert done.returncode == 0, done.stderr
+    run = tmp_path / "run"
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    evals = {r["step"]: r["eval/reward"] for r in rows if "eval/reward" in r and r["step"] >= 1}
+    step = max(evals, key=lambda s: (evals[s], -s))
+    best = json.loads((run / "checkpoints" / "best" / "best.json").read_text())
+    assert best == {"step": step, "metric": "reward", "value": evals[step]}
+    assert json.loads((run / "summary.json").read_text())["best_checkpoint"]["step"] == step

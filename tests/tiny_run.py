@@ -133,14 +133,23 @@ class FaultyDigitShareEnv(DigitShareEnv):
     process RANK at its CALL-th training reward (counting from 1): `raise` raises, `nan`
     returns a reward that is not a number (bad input, which honed refuses), `sigint` sends
     SIGINT to the process that launched the learners (`honed train --nproc`), as a Ctrl-C in
-    its terminal would, and `sigterm` SIGTERM, as `kill` or a job scheduler would. Without the
-    variable it is `DigitShareEnv`, so a run it interrupted resumes under the same config."""
+    its terminal would, and `sigterm` SIGTERM, as `kill` or a job scheduler would.
+    `evalskew:RANK` acts on held-out items instead: each of RANK's test scores is a little
+    higher than the one before, so every evaluation there beats the last, as evaluations that
+    differ in their last bits between processes could. Without the variable it is
+    `DigitShareEnv`, so a run it interrupted resumes under the same config."""
 
     calls = 0
+    test_calls = 0
 
     def score(self, item: Item, completion: str) -> Score:
         fault = os.environ.get("HONED_TEST_FAULT")
-        if fault and item.key.split(":")[1].startswith("train"):
+        if fault and fault.startswith("evalskew:"):
+            if ":test" in item.key and os.environ.get("RANK", "0") == fault.split(":")[1]:
+                FaultyDigitShareEnv.test_calls += 1
+                base = super().score(item, completion)
+                return Score(reward=base.reward + FaultyDigitShareEnv.test_calls, success=0.0)
+        elif fault and item.key.split(":")[1].startswith("train"):
             kind, rank, call = fault.split(":")
             if os.environ.get("RANK", "0") == rank:
                 FaultyDigitShareEnv.calls += 1

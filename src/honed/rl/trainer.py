@@ -783,7 +783,7 @@ class GRPOTrainer:
             with self.reporter.status("final evaluation"):
                 final_eval = self.evaluate_policy()
             self.life.log(self.step, {f"eval/{k}": v for k, v in final_eval.items()})
-            if self.best.consider(self.step, final_eval) and self.learners.is_main:
+            if self._consider_best(final_eval) and self.learners.is_main:
                 self.best.keep(self.run.checkpoints / f"step_{self.step}")
             self.best.pending = False
         else:
@@ -838,7 +838,18 @@ class GRPOTrainer:
         if every and self.step % every == 0:
             self.final_eval = self.evaluate_policy()
             record.update({f"eval/{k}": v for k, v in self.final_eval.items()})
-            self.best.consider(self.step, self.final_eval)  # its checkpoint is then due
+            self._consider_best(self.final_eval)  # its checkpoint is then due
+
+    def _consider_best(self, results: dict[str, float]) -> bool:
+        """Whether this step's evaluation is the best so far (`checkpoint.keep_best`), decided
+        on rank 0's and shared: every process must save the same steps (with fsdp a save is a
+        collective call), and their evaluations may differ in the last bits on GPUs."""
+        best = self.best
+        best.consider(self.step, results)
+        best.step, best.value, best.pending = self.learners.from_main(
+            (best.step, best.value, best.pending)
+        )
+        return best.pending
 
     def stop_reason(self) -> Stop | None:
         """None: a GRPO run ends only at its step or rollout budget (`done`) or on Ctrl-C."""
