@@ -134,8 +134,8 @@ class FaultyDigitShareEnv(DigitShareEnv):
     returns a reward that is not a number (bad input, which honed refuses), `sigint` sends
     SIGINT to the process that launched the learners (`honed train --nproc`), as a Ctrl-C in
     its terminal would, and `sigterm` SIGTERM, as `kill` or a job scheduler would.
-    `evalskew:RANK` acts on held-out items instead: each of RANK's test scores is a little
-    higher than the one before, so every evaluation there beats the last, as evaluations that
+    `evalskew:RANK` acts on held-out items instead: each of RANK's test scores is one
+    more than the one before, so every evaluation there beats the last, as evaluations that
     differ in their last bits between processes could. Without the variable it is
     `DigitShareEnv`, so a run it interrupted resumes under the same config."""
 
