@@ -333,3 +333,17 @@ def test_fsdp_keeps_the_best_checkpoint_decided_once_for_every_process(tmp_path)
     best = json.loads((run / "checkpoints" / "best" / "best.json").read_text())
     assert best == {"step": step, "metric": "reward", "value": evals[step]}
     assert json.loads((run / "summary.json").read_text())["best_checkpoint"]["step"] == step
+
+
+def test_two_processes_with_ray_rollouts_end_where_one_in_process_learner_does(tmp_path, single):
+    """`distributed.backend: ray` under `--nproc 2`: each learner process starts a Ray instance
+    of its own and rolls out its share of the step's items on its actors; the update is the
+    single process's within float rounding (numerics.py), as with in-process rollouts."""
+    pytest.importorskip("ray", reason="needs Ray: pip install 'honed[distributed]'")
+    data = yaml.safe_load(_config(tmp_path, "run", 2).read_text())
+    data["distributed"] = {"backend": "ray", "num_rollout_workers": 1}
+    _train(write_config(tmp_path, data, "ray.yaml"), "--nproc", "2")
+    run = tmp_path / "run"
+    assert _samples(run, 1) == _samples(single, 1) != []
+    for step in (1, 2):
+        assert_weights_close(_weights(run, step), _weights(single, step))
