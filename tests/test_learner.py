@@ -295,13 +295,7 @@ def test_optimizer_state_is_kept_by_name_and_older_index_keyed_states_still_load
         load_optimizer_state(model, fresh(), wrong)
 
 
-@pytest.mark.parametrize(
-    "override, culprit",
-    [
-        ({"distributed": {"backend": "ray"}}, r"distributed\.backend: ray"),
-        ({"sft": {"steps": 2}}, r"sft\.steps"),
-    ],
-)
+@pytest.mark.parametrize("override, culprit", [({"sft": {"steps": 2}}, r"sft\.steps")])
 def test_fsdp_refuses_what_it_cannot_do_in_one_line(tmp_path, override, culprit):
     from honed.errors import HonedError
     from honed.rl.trainer import GRPOTrainer
@@ -335,12 +329,16 @@ def test_fsdp_keeps_the_best_checkpoint_decided_once_for_every_process(tmp_path)
     assert json.loads((run / "summary.json").read_text())["best_checkpoint"]["step"] == step
 
 
-def test_two_processes_with_ray_rollouts_end_where_one_in_process_learner_does(tmp_path, single):
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_two_processes_with_ray_rollouts_end_where_one_in_process_learner_does(
+    tmp_path, single, parallel
+):
     """`distributed.backend: ray` under `--nproc 2`: each learner process starts a Ray instance
-    of its own and rolls out its share of the step's items on its actors; the update is the
-    single process's within float rounding (numerics.py), as with in-process rollouts."""
+    of its own and rolls out its share of the step's items on its actors (with fsdp, fed the
+    whole weights that every process gathers after each step); the update is the single
+    process's within float rounding (numerics.py), as with in-process rollouts."""
     pytest.importorskip("ray", reason="needs Ray: pip install 'honed[distributed]'")
-    data = yaml.safe_load(_config(tmp_path, "run", 2).read_text())
+    data = yaml.safe_load(_config(tmp_path, "run", 2, parallel).read_text())
     data["distributed"] = {"backend": "ray", "num_rollout_workers": 1}
     _train(write_config(tmp_path, data, "ray.yaml"), "--nproc", "2")
     run = tmp_path / "run"

@@ -148,6 +148,13 @@ def full_model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v for k, v in state.items() if k not in tied}
 
 
+def whole_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A sharded model's whole state on every process (which must all call this together), for
+    rollout workers that each process feeds with the weights (Ray actors): `full_model_state`
+    gives it to rank 0 alone."""
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+
+
 def optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """The optimizer's state as a checkpoint holds it: whole, and keyed by parameter name
     (`{"state": {name: ...}, "param_groups": [{..., "params": [name, ...]}]}`), the form

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from honed.config import Config
+from honed.distributed import fsdp
 from honed.distributed.shard import split
 from honed.distributed.types import RolledGroup, RolloutRequest
 from honed.distributed.weight_sync import WeightSync
@@ -135,8 +136,11 @@ class RayBackend:
             self._weights = None
             self._served = getattr(self.weight_sync, "served_model", None)
         else:
-            state = {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
-            self._weights = ray.put(state)
+            model = policy.model
+            # sharded (`trainer.parallel: fsdp`): every process gathers the whole weights for
+            # its own actors
+            whole = fsdp.whole_state(model) if fsdp.is_sharded(model) else model.state_dict()
+            self._weights = ray.put({k: v.detach().clone() for k, v in whole.items()})
         self._version = version
         for actor in self.workers:
             actor.load_weights.remote(version, self._weights, self._served)

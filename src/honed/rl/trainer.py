@@ -510,8 +510,9 @@ class GRPOTrainer:
         environment's reward statistics (merged in item order, so the normaliser's state is the
         same however the groups were spread over workers)."""
         # in the learner, each process generates at its own pace on the whole weights, gathered
-        # first; servers need nothing gathered here (a sharded push gathers for them)
-        here = self.config.distributed.server is None
+        # first; servers and Ray actors need nothing gathered here (they are sent the weights
+        # after each step, gathered for them)
+        here = self.config.distributed.backend == "inprocess"
         with fsdp.gathered(self.policy.model) if here else nullcontext():
             if round_index == 0:
                 rolled = self.pipeline.first_round(
@@ -951,15 +952,9 @@ def describe_policy(policy: Policy, world_size: int, sharded: bool = False) -> s
 
 def check_fsdp(config: Config) -> None:
     """Refuse what `trainer.parallel: fsdp` cannot do yet, before any process starts waiting
-    for the others: rollouts on Ray workers or behind Atropos (neither goes through the
-    learner's gathered weight push that inference servers get) and a supervised warm-start
-    (it trains the unsharded model)."""
-    if config.distributed.backend not in ("inprocess", "server"):
-        raise HonedError(
-            f"trainer.parallel: fsdp rolls out in the learner processes or on inference "
-            f"servers; distributed.backend: {config.distributed.backend} is not supported with "
-            "it yet (use trainer.parallel: ddp, or distributed.backend: inprocess or server)"
-        )
+    for the others: a supervised warm-start (it trains the unsharded model). (Atropos runs one
+    learner process, with which fsdp is the single-process learner: `AtroposBackend` refuses
+    more.)"""
     if config.sft.steps:
         raise HonedError(
             "trainer.parallel: fsdp does not run a supervised warm-start (sft.steps); run it "
