@@ -159,21 +159,25 @@ def _faulty_config(tmp_path, parallel: str, every: int) -> Path:
     return write_config(tmp_path, data, "run.yaml")
 
 
-def test_ctrl_c_stops_every_process_after_the_same_step_with_a_checkpoint(tmp_path, single):
-    """A real SIGINT to the launcher, sent during step 2 (rank 0's 9th training reward, its
-    first of step 2): both processes finish step 2, agree to stop, save it once (fsdp: both
-    take part in gathering it) and exit; the run resumes and ends where one process does."""
-    config = _faulty_config(tmp_path, "fsdp", every=0)  # only the interruption saves
-    done = _launch(config, "sigint:0:9")
-    assert done.returncode == 130, done.stderr
-    run = tmp_path / "run"
+def _stopped_after_step_2(done: subprocess.CompletedProcess, run: Path, code: int) -> Path:
+    """The launcher exited with `code`, said once that step 2 was saved, and saved only it."""
+    assert done.returncode == code, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.startswith("honed:")]
     assert lines == [
         f"honed: interrupted after step 2; saved {run / 'checkpoints' / 'step_2'}; "
         "continue with --resume"
     ], done.stderr
-    assert [r["step"] for r in _metrics(run)] == [1, 2]
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_2"]
+    return run
+
+
+def test_ctrl_c_stops_every_process_after_the_same_step_with_a_checkpoint(tmp_path, single):
+    """A real SIGINT to the launcher, sent during step 2 (rank 0's 9th training reward, its
+    first of step 2): both processes finish step 2, agree to stop, save it once (fsdp: both
+    take part in gathering it) and exit; the run resumes and ends where one process does."""
+    config = _faulty_config(tmp_path, "fsdp", every=0)  # only the interruption saves
+    run = _stopped_after_step_2(_launch(config, "sigint:0:9"), tmp_path / "run", 130)
+    assert [r["step"] for r in _metrics(run)] == [1, 2]
     _train(config, "--resume", "--nproc", "2")
     assert_weights_close(_weights(run, 3), _weights(single, 3))
 
@@ -205,14 +209,7 @@ def test_sigterm_to_the_launcher_stops_every_process_after_the_same_step_with_a_
     behind; as after a Ctrl-C, both finish step 2 and save it, the launcher exits with 143,
     and the run resumes to end where one process does."""
     config = _faulty_config(tmp_path, "ddp", every=0)  # only the interruption saves
-    done = _launch(config, "sigterm:0:9")
-    assert done.returncode == 143, done.stderr
-    run = tmp_path / "run"
-    lines = [line for line in done.stderr.splitlines() if line.startswith("honed:")]
-    assert lines == [
-        f"honed: interrupted after step 2; saved {run / 'checkpoints' / 'step_2'}; "
-        "continue with --resume"
-    ], done.stderr
+    run = _stopped_after_step_2(_launch(config, "sigterm:0:9"), tmp_path / "run", 143)
     left = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
@@ -221,7 +218,6 @@ def test_sigterm_to_the_launcher_stops_every_process_after_the_same_step_with_a_
         except OSError:  # a process that ended meanwhile
             pass
     assert not left, f"learner processes still running: {left}"
-    assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_2"]
     _train(config, "--resume", "--nproc", "2")
     assert_weights_close(_weights(run, 3), _weights(single, 3))
 
