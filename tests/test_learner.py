@@ -18,12 +18,11 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from numerics import assert_weights_close
+from numerics import ADAM_WEIGHTS_RTOL, assert_weights_close
 from safetensors.torch import load_file
-from tiny_run import spread_env_data, write_config
+from tiny_run import small_config_data, spread_env_data, write_config
 
 from honed.cli import main
-from honed.config import load_config
 
 TESTS = Path(__file__).resolve().parent
 SRC = TESTS.parent / "src"
@@ -291,17 +290,42 @@ def test_optimizer_state_is_kept_by_name_and_older_index_keyed_states_still_load
         load_optimizer_state(model, fresh(), wrong)
 
 
-@pytest.mark.parametrize("override, culprit", [({"sft": {"steps": 2}}, r"sft\.steps")])
-def test_fsdp_refuses_what_it_cannot_do_in_one_line(tmp_path, override, culprit):
-    from honed.errors import HonedError
-    from honed.rl.trainer import GRPOTrainer
-    from honed.runs.rundir import RunDir
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_a_warm_start_on_two_processes_is_the_one_of_one_process(tmp_path, parallel):
+    """`sft.steps` under `--nproc 2`: each process trains on its share of every batch (here 3
+    and 2 of 5 examples; with fsdp, its shards), the loss normalised by the whole batch's
+    weight and the gradients summed, so the warm-start and the GRPO step after it are one
+    process's, but for float rounding (numerics.py), and so are the checks (rank 0's decide)."""
 
-    data = yaml.safe_load(_config(tmp_path, "run", 1, "fsdp").read_text())
-    data.update(override)
-    config = load_config(write_config(tmp_path, data, "bad.yaml"))
-    with pytest.raises(HonedError, match=culprit):
-        GRPOTrainer(config, RunDir(tmp_path / "run"))
+    def config(name: str, mode: str) -> Path:
+        data = small_config_data(tmp_path)  # addition: reference answers to imitate
+        data["run_dir"] = str(tmp_path / name)
+        data["torch_threads"] = 1
+        data["trainer"].update(max_steps=1, prompts_per_step=2, parallel=mode)
+        data["sft"] = {
+            "steps": 4,
+            "batch_size": 5,
+            "learning_rate": 1e-2,
+            "prompt_loss_weight": 0.2,
+            "check": {"every": 2, "examples": 8, "metric": "token_accuracy"},
+        }
+        return write_config(tmp_path, data, f"{name}.yaml")
+
+    _train(config("one", "ddp"))
+    _train(config("two", parallel), "--nproc", "2")
+    one, two = tmp_path / "one" / "checkpoints", tmp_path / "two" / "checkpoints"
+    for name in ("warmstart", "step_1"):
+        a, b = (load_file(str(c / name / "model.safetensors")) for c in (two, one))
+        assert_weights_close(a, b, ADAM_WEIGHTS_RTOL)  # lr 1e-2: numerics.py says why
+    logs = [
+        [yaml.safe_load(x) for x in (tmp_path / n / "warmstart.jsonl").read_text().splitlines()]
+        for n in ("two", "one")
+    ]
+    assert [r["step"] for r in logs[0]] == [r["step"] for r in logs[1]]
+    assert sum("check/token_accuracy" in r for r in logs[0]) == 2  # at steps 2 and 4
+    for a, b in zip(*logs, strict=True):
+        for key in set(a) | set(b):
+            assert a[key] == pytest.approx(b[key], rel=1e-5), key
 
 
 def test_fsdp_keeps_the_best_checkpoint_decided_once_for_every_process(tmp_path):

@@ -427,8 +427,8 @@ class TrainerConfig(Strict):
         "`ddp` (every process holds the weights; gradients are summed) or `fsdp` (FSDP2 "
         "`fully_shard` per decoder layer and the root: weights, gradients and optimizer state "
         "sharded over the processes, gathered whole for rollouts, evaluations and checkpoints; "
-        "rollouts in the learner or on inference servers (`distributed.backend: server`, the "
-        "weights gathered for each push), no `sft.steps`). The same update either way, and "
+        "rollouts in the learner, on inference servers or on Ray actors, the weights gathered "
+        "for each push). The same update either way (and the same `sft.steps` warm-start), and "
         "checkpoints move between them and any number of processes.",
     )
     disable_dropout: bool = Field(

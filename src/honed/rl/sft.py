@@ -9,6 +9,11 @@ prompt's next-token prediction at that weight (the loss is the weighted mean ove
 a model built from scratch then learns the prompts' language, and, where prompts repeat
 themselves (a name in a memory entry and again in the new chunk), to copy from its context,
 which completion tokens alone teach slowly.
+
+With several learner processes each takes a contiguous share of every batch; the loss is
+normalised by the whole batch's token weight and the gradients are summed (by FSDP's
+reduce-scatter for a sharded model, `LearnerGroup.sum_` otherwise), so the step is the one a
+single process takes on the whole batch, in 1/N of the time.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from collections.abc import Callable, Mapping
 import torch
 
 from honed.config import SFTCheckConfig, SFTConfig
+from honed.distributed import fsdp
+from honed.distributed.learner import LearnerGroup
 from honed.envs.base import Environment, TokenReferences
 from honed.errors import HonedError
 from honed.models.batching import TokenBatch, make_batch, right_pad
@@ -95,9 +102,10 @@ def _batch(
 def _check(
     policy: Policy, held_out: list[Example], check: SFTCheckConfig, batch_size: int
 ) -> float:
-    """The check's metric on the held-out references; an error when they hold nothing to
-    measure it on (the check could never pass)."""
-    value = check_accuracy(policy, held_out, check.metric, batch_size)
+    """The check's metric on the held-out references (on the whole weights, gathered when
+    sharded); an error when they hold nothing to measure it on (the check could never pass)."""
+    with fsdp.gathered(policy.model):
+        value = check_accuracy(policy, held_out, check.metric, batch_size)
     if math.isnan(value):
         raise HonedError(
             f"sft.check: the {check.split} references hold nothing to measure {check.metric} on "
@@ -113,10 +121,21 @@ def run_sft(
     seed: int,
     on_step: Callable[[int, float], None] | None = None,
     on_check: Callable[[int, float], None] | None = None,
+    learners: LearnerGroup | None = None,
 ) -> dict[str, float]:
     """Train on reference solutions for `sft.steps` steps, or until `sft.check` passes (checked
     every `sft.check.every` steps and after the last); returns the loss at start and end and
-    the check's history."""
+    the check's history. Long because the step, the check and the summary share its state.
+
+    `learners`: the processes taking shares of each batch; every one draws the same batches
+    (the same seeded order) and stops at the same step (rank 0's check decides)."""
+    learners = learners or LearnerGroup()
+    if sft.batch_size < learners.world_size:
+        raise HonedError(
+            f"sft.batch_size ({sft.batch_size}) is below the number of learner processes "
+            f"({learners.world_size}): each takes a share of every batch"
+        )
+    summed = learners.distributed and not fsdp.is_sharded(policy.model)
     pool = sft_pool(policy, envs)
     check = sft.check
     held_out = sft_pool(policy, envs, check.split, check.examples) if check.every else []
@@ -133,22 +152,29 @@ def run_sft(
             rng.shuffle(fresh)
             order += fresh
         idx, order = order[: sft.batch_size], order[sft.batch_size :]
-        batch, weights = _batch([pool[i] for i in idx], policy.pad_id, sft.prompt_loss_weight)
+        mine = [pool[idx[i]] for i in learners.shard(len(idx))]
+        batch, weights = _batch(mine, policy.pad_id, sft.prompt_loss_weight)
         weights = weights.to(policy.device)
+        total = weights.sum()
+        learners.sum_([total])  # the whole batch's weight normalises every share
         logp = score(policy.model, batch).logprobs
-        loss = -(logp * weights).sum() / weights.sum()
+        loss = -(logp * weights).sum() / total
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if summed:
+            learners.sum_([p.grad for p in policy.model.parameters() if p.grad is not None])
         if sft.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(policy.model.parameters(), sft.max_grad_norm)
         optimizer.step()
         scheduler.step()
-        value = loss.item()
+        whole = loss.detach().clone()
+        learners.sum_([whole])
+        value = whole.item()
         losses.append(value)
         if on_step:
             on_step(step, value)
         if check.every and (step % check.every == 0 or step == sft.steps):
-            checks.append(_check(policy, held_out, check, sft.batch_size))
+            checks.append(learners.from_main(_check(policy, held_out, check, sft.batch_size)))
             if on_check:
                 on_check(step, checks[-1])
             if checks[-1] >= check.threshold:

@@ -117,8 +117,6 @@ class GRPOTrainer:
 
     def __init__(self, config: Config, run: RunDir, reporter: Reporter | None = None) -> None:
         self.config = config
-        if config.trainer.parallel == "fsdp":
-            check_fsdp(config)
         self.device = resolve_device(config.policy.device)
         self.learners = LearnerGroup.from_env(self.device)
         self.world_size = self.learners.world_size
@@ -209,6 +207,8 @@ class GRPOTrainer:
                 f"(passes at {check.threshold})"
             )
 
+        if self.sharded:  # every process trains its shards on its share of each batch
+            fsdp.shard(policy.model, self.device)
         with self.reporter.task("warm-start (SFT)", steps) as advance:
             self.warmstart = run_sft(
                 policy,
@@ -217,14 +217,21 @@ class GRPOTrainer:
                 derive_seed(self.config.seed, "sft"),
                 on_step=on_step,
                 on_check=on_check,
+                learners=self.learners,
             )
         if self.warmstart.get("sft/check/passed") == 0.0:
             self.reporter.note(
                 f"the warm-start check did not pass within sft.steps ({self.config.sft.steps}); "
                 "the warm-start is its last step"
             )
+        whole = fsdp.full_model_state(policy.model) if self.sharded else None
         if self.learners.is_main:
-            self.run.write_checkpoint(self.run.warmstart, policy.save)
+            self.run.write_checkpoint(self.run.warmstart, lambda tmp: policy.save(tmp, whole))
+        if self.sharded:
+            # the rest of the set-up starts from rank 0 holding the whole model, as it does
+            # from a warm-start checkpoint written before
+            self.learners.barrier()
+            return self._load(self.run.warmstart)
         return policy
 
     def policy_settings(self) -> PolicyConfig:
@@ -948,19 +955,6 @@ def describe_policy(policy: Policy, world_size: int, sharded: bool = False) -> s
         f"{'es' if world_size > 1 else ''}{mode}; trainable parameters {trainable:,} of {total:,} "
         f"({100 * trainable / max(total, 1):.2f}%)"
     )
-
-
-def check_fsdp(config: Config) -> None:
-    """Refuse what `trainer.parallel: fsdp` cannot do yet, before any process starts waiting
-    for the others: a supervised warm-start (it trains the unsharded model). (Atropos runs one
-    learner process, with which fsdp is the single-process learner: `AtroposBackend` refuses
-    more.)"""
-    if config.sft.steps:
-        raise HonedError(
-            "trainer.parallel: fsdp does not run a supervised warm-start (sft.steps); run it "
-            "first with trainer.parallel: ddp and trainer.max_steps: 0, then set policy.model "
-            "to that run's checkpoints/warmstart"
-        )
 
 
 def _reward_kl(
