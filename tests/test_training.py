@@ -130,6 +130,19 @@ def test_sft_then_eval_then_train_in_the_same_run_directory(tmp_path):
     assert (run / "config.yaml").read_text() == config
 
 
+def test_honed_sft_on_several_processes_is_refused_naming_what_does_it(
+    tmp_path, monkeypatch, capsys
+):
+    """Under torchrun `honed sft` would start N processes writing one run: one line says that
+    `honed train --nproc N` runs the warm-start on N processes, and nothing is written."""
+    data = small_config_data(tmp_path)
+    data["sft"] = {"steps": 5}
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(["sft", str(write_config(tmp_path, data)), "--quiet"]) == 2
+    assert "honed train --nproc N" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
 def test_beta_zero_loads_no_reference_model(tmp_path):
     trainer = GRPOTrainer(small_config(tmp_path), RunDir(tmp_path / "run"))
     trainer.setup(resume=False)

@@ -447,6 +447,11 @@ def _fmt(value: float | None) -> str:
 def cmd_sft(args: argparse.Namespace) -> int:
     from honed.rl.trainer import GRPOTrainer
 
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise HonedError(
+            "honed sft runs in one process; on several, honed train --nproc N (or torchrun) "
+            "runs the warm-start (sft.steps) before GRPO, sharing each batch"
+        )
     config = load_config(args.config, args.override)
     if config.sft.steps == 0:
         raise HonedError("sft.steps is 0: set it in the config or with -o sft.steps=N")
