@@ -3,8 +3,9 @@
 `accuracy` is the mean over environments of each one's exact-task success rate, so a large
 environment does not drown a small one; per-environment and per-level numbers are reported too.
 With several completions per item (`eval.samples`), `pass@j` is reported beside the means
-(`pass_at`): one greedy answer and the best of eight sampled ones measure different things, and
-a run that raises the second while lowering the first is common enough to want both.
+(`pass_at`): one answer and the best of eight sampled ones measure different things, and RL
+that raises the first may lower the second (it narrows what the policy samples), so both are
+worth watching.
 """
 
 from __future__ import annotations

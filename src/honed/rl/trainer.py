@@ -853,6 +853,8 @@ class GRPOTrainer:
         on rank 0's and shared: every process must save the same steps (with fsdp a save is a
         collective call), and their evaluations may differ in the last bits on GPUs."""
         best = self.best
+        if best.metric is None:
+            return False
         best.consider(self.step, results)
         best.step, best.value, best.pending = self.learners.from_main(
             (best.step, best.value, best.pending)
