@@ -110,3 +110,24 @@ def test_a_metric_the_evaluation_does_not_give_is_refused_before_the_first_step(
     with pytest.raises(HonedError, match=r"checkpoint\.keep_best: .*'acuracy'.* accuracy"):
         GRPOTrainer(config, run).train()
     assert [r["step"] for r in run.read_jsonl(run.metrics_path)] == [0]
+
+
+def test_the_best_checkpoint_shares_files_but_never_follows_a_link(tmp_path):
+    """`link_tree`: files as hard links, folders made anew; a link inside the checkpoint is
+    refused (it would take what it points to into `best`), naming it."""
+    from honed.runs.files import link_tree
+
+    source = tmp_path / "step_1"
+    (source / "sub").mkdir(parents=True)
+    (source / "model.safetensors").write_bytes(b"weights")
+    (source / "sub" / "state.pt").write_bytes(b"state")
+    target = tmp_path / "best"
+    target.mkdir()
+    link_tree(source, target)
+    assert (target / "sub" / "state.pt").read_bytes() == b"state"
+    assert os.path.samefile(target / "model.safetensors", source / "model.safetensors")
+    (source / "sub" / "outside").symlink_to(tmp_path / "elsewhere")
+    again = tmp_path / "again"
+    again.mkdir()
+    with pytest.raises(HonedError, match=r"outside is a symbolic link"):
+        link_tree(source, again)

@@ -20,13 +20,12 @@ before training is the baseline, not a candidate.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from honed.errors import HonedError
+from honed.runs.files import atomic_write_json, link_tree
 from honed.runs.rundir import RunDir
 
 BEST_DIR = "best"
@@ -87,8 +86,8 @@ class BestCheckpoint:
         marker = {"step": self.step, "metric": self.metric, "value": self.value}
 
         def fill(tmp: Path) -> None:
-            shutil.copytree(checkpoint, tmp, dirs_exist_ok=True, copy_function=_link_or_copy)
-            (tmp / BEST_FILE).write_text(json.dumps(marker, indent=2) + "\n")
+            link_tree(checkpoint, tmp)
+            atomic_write_json(tmp / BEST_FILE, marker)
 
         self.run.write_checkpoint(self.path, fill)
         self.pending = False
@@ -102,10 +101,3 @@ class BestCheckpoint:
             "metric": self.metric,
             "value": self.value,
         }
-
-
-def _link_or_copy(source: str, target: str) -> None:
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)

@@ -233,6 +233,27 @@ def copy_file(source: str | Path, target: str | Path) -> None:
     os.utime(target, ns=(info.st_atime_ns, info.st_mtime_ns))
 
 
+def link_tree(source: str | Path, target: str | Path) -> None:
+    """Fill the folder `target` with the files of the folder `source` as hard links (copies
+    where the file system has none), folders made anew, never through a link (one inside
+    `source` is refused). A checkpoint's files are written once and never in place, so two
+    checkpoints may share them."""
+    source, target = Path(source), Path(target)
+    with os.scandir(source) as entries:
+        for entry in entries:
+            if entry.is_symlink():
+                raise _link_error(entry.path, f"inside {source}")
+            there = target / entry.name
+            if entry.is_dir(follow_symlinks=False):
+                there.mkdir()
+                link_tree(entry.path, there)
+                continue
+            try:
+                os.link(entry.path, there, follow_symlinks=False)
+            except OSError:
+                copy_file(entry.path, there)
+
+
 def remove(path: str | Path) -> None:
     """Delete a file, or a folder with everything in it; a link goes itself, never its target
     (`shutil.rmtree` works through folder descriptors and does not follow links)."""
