@@ -493,9 +493,8 @@ class GRPOTrainer:
 
         if self.learners.is_main:  # the state is the same on every process: written once
             self.run.write_checkpoint(path, fill)
-            self.best.keep(path)
             self.run.prune(self.config.checkpoint.keep_last)
-        self.best.pending = False
+        self.best.keep(path, write=self.learners.is_main)
         self.saved_step = self.step
         return path
 
@@ -791,9 +790,8 @@ class GRPOTrainer:
             with self.reporter.status("final evaluation"):
                 final_eval = self.evaluate_policy()
             self.life.log(self.step, {f"eval/{k}": v for k, v in final_eval.items()})
-            if self._consider_best(final_eval) and self.learners.is_main:
-                self.best.keep(self.run.checkpoints / f"step_{self.step}")
-            self.best.pending = False
+            if self._consider_best(final_eval):
+                self.best.keep(self.run.checkpoints / f"step_{self.step}", self.learners.is_main)
         else:
             self.reporter.note(f"final evaluation: the one already logged at step {self.step}")
         summary = self.life.close(self.summary(final_eval, self.life.seconds))

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from honed.errors import HonedError
-from honed.runs.files import atomic_write_json, link_tree
+from honed.runs.files import atomic_write_json, link_tree, read_text
 from honed.runs.rundir import RunDir
 
 BEST_DIR = "best"
@@ -54,7 +54,7 @@ class BestCheckpoint:
         if self.metric is None or not marker.is_file():
             return
         try:
-            kept = json.loads(marker.read_text())
+            kept = json.loads(read_text(marker))  # a link there is refused, as everywhere
             if kept["metric"] == self.metric and int(kept["step"]) <= step:
                 self.step, self.value = int(kept["step"]), float(kept["value"])
         except (ValueError, KeyError, TypeError):
@@ -79,9 +79,13 @@ class BestCheckpoint:
             self.step, self.value, self.pending = step, value, True
         return self.pending
 
-    def keep(self, checkpoint: Path) -> None:
-        """Keep `checkpoint` (the best step's, just written) as `checkpoints/best`."""
+    def keep(self, checkpoint: Path, write: bool = True) -> None:
+        """Keep `checkpoint` (the best step's, just written) as `checkpoints/best`; every
+        learner process calls this, and the one that writes the run (`write`) writes it."""
         if not self.pending:
+            return
+        self.pending = False
+        if not write:
             return
         marker = {"step": self.step, "metric": self.metric, "value": self.value}
 
@@ -90,7 +94,6 @@ class BestCheckpoint:
             atomic_write_json(tmp / BEST_FILE, marker)
 
         self.run.write_checkpoint(self.path, fill)
-        self.pending = False
 
     def summary(self) -> dict[str, Any] | None:
         if self.step is None:
